@@ -1,0 +1,45 @@
+# durable-ui: `make demo` to try it, `make test` to test it. Everything installs into .venv.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-sqlite test-postgres lint bench migrations clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(PY) manage.py migrate --verbosity 0
+	$(PY) manage.py demo
+
+# The full suite on the embedded SQLite database, then on PostgreSQL (DATABASE_URL, the local
+# server, or a throwaway cluster tests/services.py starts). REDIS_URL works the same way.
+test: install
+	$(PY) tests/services.py browser
+	$(MAKE) --no-print-directory test-sqlite
+	$(MAKE) --no-print-directory test-postgres
+
+test-sqlite: install
+	env -u DATABASE_URL DURABLE_TEST_DB=sqlite $(PY) -m pytest $(PYTEST_ARGS)
+
+test-postgres: install
+	eval "$$($(PY) tests/services.py postgres redis)" && DURABLE_TEST_DB=postgres $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+bench: install
+	$(PY) bench/step_overhead.py
+
+migrations: install
+	rm -f journal/migrations/0001_initial.py
+	$(PY) manage.py makemigrations journal runs
+
+clean:
+	rm -rf $(VENV) db.sqlite3* test-db.sqlite3* var test-output

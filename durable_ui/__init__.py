@@ -1,0 +1,1 @@
+"""Project wiring: settings, URLs, the Celery app. Holds no domain logic."""

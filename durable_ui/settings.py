@@ -1,0 +1,111 @@
+"""Settings for durable-ui, read from the environment (see README "Configuration")."""
+
+from pathlib import Path
+
+import dj_database_url
+
+from durable_ui.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY", "insecure-dev-key-set-SECRET_KEY-in-production")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "journal",
+    "runs",
+    "examples",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "durable_ui.urls"
+WSGI_APPLICATION = "durable_ui.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# SQLite (the embedded default) runs in WAL mode so a web process and a worker share it;
+# IMMEDIATE transactions take the write lock up front instead of failing on upgrade.
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": env_int("DURABLE_SQLITE_TIMEOUT", 30, minimum=1),
+        "transaction_mode": "IMMEDIATE",
+        "init_command": (
+            "PRAGMA journal_mode=WAL;"
+            f"PRAGMA synchronous={env_str('DURABLE_SQLITE_SYNCHRONOUS', 'FULL')};"
+            "PRAGMA foreign_keys=ON;"
+        ),
+    }
+    DATABASES["default"]["TEST"] = {"NAME": env_str("DURABLE_SQLITE_TEST_NAME", str(BASE_DIR / "test-db.sqlite3"))}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = []
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+# --- the durable engine ---------------------------------------------------------------
+DURABLE_AGENT_MODULES = env_list("DURABLE_AGENT_MODULES", [])
+DURABLE_LEASE_SECONDS = env_int("DURABLE_LEASE_SECONDS", 30, minimum=1, maximum=30)
+DURABLE_MAX_PAYLOAD_BYTES = env_int("DURABLE_MAX_PAYLOAD_BYTES", 1_000_000, minimum=1024)
+DURABLE_SANDBOX_ROOT = env_str("DURABLE_SANDBOX_ROOT", str(BASE_DIR / "var" / "sandboxes"))
+DURABLE_READ_ONLY = env_bool("DURABLE_READ_ONLY", False)
+
+# --- the distributed path -------------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+DURABLE_CELERY = env_bool("DURABLE_CELERY", False)
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"journal": {"handlers": ["console"], "level": env_str("DURABLE_LOG_LEVEL", "INFO")}},
+}

@@ -1,0 +1,33 @@
+"""Runtime models, one module per concern (harness, session, sandbox, checkpoint, trace) plus runs and effects."""
+
+from journal.models.checkpoint import Blob, Checkpoint, CheckpointDecision
+from journal.models.effects import EffectStatus, SideEffect
+from journal.models.harness import Harness, Worker, WorkerKind
+from journal.models.run import LIVE_STATUSES, TERMINAL_STATUSES, Run, RunStatus
+from journal.models.sandbox import Sandbox, SandboxCommand
+from journal.models.session import AppendOnlyError, EventKind, SessionEvent
+from journal.models.signals import Signal
+from journal.models.trace import SpanKind, TraceSpan
+
+__all__ = [
+    "AppendOnlyError",
+    "Blob",
+    "Checkpoint",
+    "CheckpointDecision",
+    "EffectStatus",
+    "EventKind",
+    "Harness",
+    "LIVE_STATUSES",
+    "Run",
+    "RunStatus",
+    "Sandbox",
+    "SandboxCommand",
+    "SessionEvent",
+    "SideEffect",
+    "Signal",
+    "SpanKind",
+    "TERMINAL_STATUSES",
+    "TraceSpan",
+    "Worker",
+    "WorkerKind",
+]

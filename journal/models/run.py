@@ -1,0 +1,145 @@
+"""Run: ties the five concerns together and carries the lease that decides who may advance it."""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "pending"  # runnable; waiting for a worker to claim it
+    RUNNING = "running"  # a worker holds its lease and drives it
+    SUSPENDED = "suspended"  # waiting for a signal, approval, timer or child; holds no thread
+    COMPLETED = "completed"  # returned; output is final
+    FAILED = "failed"  # raised past its retries; can be retried or compensated
+    CANCELLED = "cancelled"  # stopped at a step boundary on request
+    NEEDS_ATTENTION = "needs_attention"  # an operator must decide: effect in doubt, or code diverged
+    COMPENSATING = "compensating"  # undoing its effects in reverse order
+    COMPENSATED = "compensated"  # every completed effect with a compensation was undone
+
+
+TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.COMPENSATED})
+LIVE_STATUSES = frozenset({RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.COMPENSATING})
+
+
+class RunQuerySet(models.QuerySet):
+    def runnable(self, now=None):
+        """Runs a worker may claim now: pending, due timers, and runs whose worker died (expired lease)."""
+        now = now or timezone.now()
+        return self.filter(
+            Q(status=RunStatus.PENDING, paused=False)
+            | Q(status=RunStatus.COMPENSATING, paused=False, lease_owner="")
+            | Q(status=RunStatus.SUSPENDED, paused=False, wake_at__lte=now)
+            | Q(status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING], lease_expires_at__lt=now)
+        )
+
+    def stale(self, now=None):
+        """Runs whose lease expired: their worker is dead or paused past its TTL."""
+        now = now or timezone.now()
+        return self.filter(status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING], lease_expires_at__lt=now)
+
+    def live(self):
+        return self.filter(status__in=LIVE_STATUSES)
+
+    def waiting_for_approval(self):
+        return self.filter(status=RunStatus.SUSPENDED, waiting_for__kind="approval")
+
+
+class Run(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.CharField(max_length=200, db_index=True)
+    harness = models.ForeignKey("journal.Harness", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")
+    version = models.CharField(max_length=64, blank=True)
+    fingerprint = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)
+
+    input = models.JSONField(default=dict)  # {"args": [...], "kwargs": {...}}
+    output = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    error_type = models.CharField(max_length=200, blank=True)
+    attention_reason = models.TextField(blank=True)
+
+    durability = models.CharField(max_length=8, default="sync")
+    checkpoint_policy = models.CharField(max_length=12, default="selective")
+
+    # Lease and fencing: each claim bumps epoch; every journal write checks it.
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    epoch = models.PositiveBigIntegerField(default=0)
+
+    # Suspension: what it waits for and when it must wake regardless.
+    wake_at = models.DateTimeField(null=True, blank=True)
+    waiting_for = models.JSONField(null=True, blank=True)
+    paused = models.BooleanField(default=False)
+    cancel_requested = models.BooleanField(default=False)
+    cancel_reason = models.TextField(blank=True)
+    cancelled_by = models.CharField(max_length=150, blank=True)
+
+    # Lineage: a child run started by ctx.child(), a fork made from a step of another run.
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks")
+    fork_step = models.PositiveIntegerField(null=True, blank=True)
+
+    # Progress and cost, summed as the run goes so lists need no aggregation.
+    steps = models.PositiveIntegerField(default=0)  # journaled positions so far
+    progress = models.JSONField(null=True, blank=True)  # {"done": n, "total": m, "label": "..."}
+    tokens = models.PositiveBigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+    attempts = models.PositiveIntegerField(default=0)  # times a worker claimed it
+
+    created_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["-created_at", "-id"], name="run_recent"),
+            models.Index(fields=["status", "-created_at"], name="run_status_recent"),
+            models.Index(fields=["agent", "-created_at"], name="run_agent_recent"),
+            models.Index(
+                fields=["created_at"], name="run_pending", condition=Q(status=RunStatus.PENDING)
+            ),
+            models.Index(fields=["wake_at"], name="run_wake", condition=Q(status=RunStatus.SUSPENDED)),
+            models.Index(
+                fields=["lease_expires_at"],
+                name="run_leased",
+                condition=Q(status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING]),
+            ),
+            models.Index(fields=["parent"], name="run_parent", condition=Q(parent__isnull=False)),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(durability__in=["sync", "async", "exit"]), name="run_durability_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(checkpoint_policy__in=["every", "selective", "manual"]), name="run_checkpoint_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} {self.id} ({self.status})"
+
+    @property
+    def run_id(self) -> str:
+        return str(self.id)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def duration(self):
+        if not self.started_at:
+            return None
+        return (self.finished_at or timezone.now()) - self.started_at
+
+
+def lease_seconds() -> int:
+    return int(getattr(settings, "DURABLE_LEASE_SECONDS", 30))

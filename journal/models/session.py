@@ -1,0 +1,103 @@
+"""Session: the append-only log of everything that happened in a run.
+
+Nothing updates or deletes a SessionEvent except retention. The ORM refuses it here; on
+PostgreSQL a trigger refuses it too (migration 0002), unless retention sets
+``durable.retention = 'on'`` for its transaction.
+"""
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class EventKind(models.TextChoices):
+    RUN_STARTED = "run_started"
+    RUN_CLAIMED = "run_claimed"  # a worker took the lease (attempt n)
+    RUN_RECOVERED = "run_recovered"  # taken over from a worker whose lease expired
+    STEP_COMPLETED = "step_completed"  # the recorded result at a position: what replay returns
+    STEP_FAILED = "step_failed"  # one attempt failed (retries may follow)
+    EFFECT_STARTED = "effect_started"  # intent committed before an effect executes
+    EFFECT_IN_DOUBT = "effect_in_doubt"  # found started with no result after a crash
+    SIGNAL_RECEIVED = "signal_received"
+    APPROVAL_REQUESTED = "approval_requested"
+    APPROVAL_DECIDED = "approval_decided"
+    TIMER_STARTED = "timer_started"
+    TIMER_FIRED = "timer_fired"
+    WAIT_STARTED = "wait_started"
+    SUSPENDED = "suspended"
+    RESUMED = "resumed"
+    CHILD_STARTED = "child_started"
+    SANDBOX_COMMAND = "sandbox_command"
+    CHECKPOINT = "checkpoint"
+    MODEL_CALL = "model_call"
+    TOOL_CALL = "tool_call"
+    NONDETERMINISM = "nondeterminism"
+    NEEDS_ATTENTION = "needs_attention"
+    OPERATOR_ACTION = "operator_action"
+    CANCEL_REQUESTED = "cancel_requested"
+    COMPENSATION_STARTED = "compensation_started"
+    COMPENSATED = "compensated"
+    RUN_COMPLETED = "run_completed"
+    RUN_FAILED = "run_failed"
+    RUN_CANCELLED = "run_cancelled"
+    LOG = "log"
+
+
+class AppendOnlyError(Exception):
+    """Raised when code tries to update or delete a session event outside retention."""
+
+
+class SessionEventQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise AppendOnlyError("the session log is append-only: SessionEvent rows are never updated")
+
+    def delete(self):
+        from journal.retention import retention_allowed
+
+        if not retention_allowed():
+            raise AppendOnlyError("the session log is append-only: only retention deletes SessionEvent rows")
+        return super().delete()
+
+    def steps(self):
+        """Events that occupy a step position: what replay, the stepper and fork address."""
+        return self.filter(position__isnull=False, kind=EventKind.STEP_COMPLETED)
+
+
+class SessionEvent(models.Model):
+    run = models.ForeignKey("journal.Run", on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()  # per-run event number, 1-based, dense
+    kind = models.CharField(max_length=32, choices=EventKind.choices)
+    position = models.PositiveIntegerField(null=True, blank=True)  # 1-based step position, for step events
+    step_name = models.CharField(max_length=200, blank=True)
+    payload = models.JSONField(default=dict)
+    actor = models.CharField(max_length=150, blank=True)  # who caused it: a user, a token, a worker
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = SessionEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="event_run_seq")]
+        indexes = [
+            models.Index(
+                fields=["run", "position"],
+                name="event_run_step",
+                condition=Q(position__isnull=False),
+            ),
+            models.Index(fields=["kind", "-created_at"], name="event_kind_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.kind} {self.step_name}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise AppendOnlyError("the session log is append-only: SessionEvent rows are never updated")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        from journal.retention import retention_allowed
+
+        if not retention_allowed():
+            raise AppendOnlyError("the session log is append-only: only retention deletes SessionEvent rows")
+        return super().delete(*args, **kwargs)
