@@ -1,0 +1,1 @@
+"""API tokens and webhook endpoints for the HTTP API."""
