@@ -18,9 +18,13 @@ ROOT = Path(__file__).resolve().parent.parent
 def pytest_collection_modifyitems(config, items):
     on_pg = os.environ.get("DURABLE_TEST_DB") == "postgres" or "postgres" in os.environ.get("DATABASE_URL", "")
     skip_pg = pytest.mark.skip(reason="needs PostgreSQL (make test-postgres)")
+    skip_slow = pytest.mark.skip(reason="long variant: run with DURABLE_SLOW=1")
+    slow = os.environ.get("DURABLE_SLOW") == "1"
     for item in items:
         if "postgres" in item.keywords and not on_pg:
             item.add_marker(skip_pg)
+        if "slow" in item.keywords and not slow:
+            item.add_marker(skip_slow)
 
 
 @pytest.fixture(autouse=True)
