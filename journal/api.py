@@ -59,7 +59,7 @@ def append_event(run_id, kind: str, payload: dict, *, actor: str = "", position:
 
 def start_run(workflow: str | Callable[..., Any], args: tuple | list = (), kwargs: dict | None = None, *,
               actor: str = "", parent_id=None, durability: str | None = None,
-              checkpoint: str | None = None) -> str:
+              checkpoint: str | None = None, run_id=None) -> str:
     """Create a pending run; a worker drives it. Validates everything first: nothing half-written."""
     kwargs = kwargs or {}
     defn = registry.get_workflow(_workflow_name(workflow))
@@ -75,6 +75,7 @@ def start_run(workflow: str | Callable[..., Any], args: tuple | list = (), kwarg
     harness = harness_for(defn)
     with transaction.atomic():
         run = Run.objects.create(
+            **({"id": run_id} if run_id else {}),  # a parent records its child's id before creating it
             agent=defn.name, harness=harness, version=defn.version, fingerprint=defn.fingerprint,
             input=run_input, durability=durability or defn.durability,
             checkpoint_policy=checkpoint or defn.checkpoint, created_by=actor, parent_id=parent_id,
@@ -168,6 +169,9 @@ def cancel(run_id, reason: str = "", *, actor: str = "") -> Run:
         from journal.compensation import after_cancel_idle
 
         after_cancel_idle(run.id, actor=actor)
+    from journal.children import after_cancel
+
+    after_cancel(run, reason, actor=actor)  # cascade to live children; wake a waiting parent
     return get_run(run.id)
 
 

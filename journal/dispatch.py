@@ -1,8 +1,12 @@
-"""Dispatch: ring the doorbell for a run that became runnable.
+"""Dispatch: ring the doorbell for a run that became runnable, and wake runs that wait on others.
 
 The embedded worker polls the database, so it needs no doorbell. With DURABLE_CELERY on, a
 Celery message carrying only the run id is sent after the transaction commits; the worker that
 receives it still has to win the database lease, so duplicates are harmless.
+
+The hooks here run inside the executor's transactions, so "the child finished" and "the parent
+may continue" (or "the approval was decided before the run finished suspending") commit
+together: there is no window in which a wake-up can be lost.
 """
 
 from __future__ import annotations
@@ -25,4 +29,21 @@ def notify(run_id) -> None:
 
 
 def after_suspend(ctx, waiting_for: dict, final: list) -> None:
-    """Called inside the suspension's transaction; children and approvals hook in here."""
+    """Called inside the suspension's transaction; a wake-up that raced the suspension sets final[0]."""
+    kind = waiting_for.get("kind")
+    if kind == "approval":
+        from journal.approvals import after_suspend as approval_after_suspend
+
+        approval_after_suspend(ctx, waiting_for, final)
+    elif kind == "child":
+        from journal.children import after_suspend as child_after_suspend
+
+        child_after_suspend(ctx, waiting_for, final)
+
+
+def after_settle(ctx, status: str) -> None:
+    """Called inside the transaction that finishes a run: a child's end wakes its waiting parent."""
+    if ctx.run.parent_id is not None:
+        from journal.children import wake_parent
+
+        wake_parent(ctx.run.parent_id)

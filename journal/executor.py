@@ -164,9 +164,15 @@ def _common_fields(ctx: Context) -> dict[str, Any]:
 
 def _settle(ctx: Context, status: str, event: str, payload: dict, **fields: Any) -> str:
     fields = {**_common_fields(ctx), "status": status, "waiting_for": None, "wake_at": None, **fields}
+
+    def commit() -> None:
+        _fenced_update(ctx.run.id, ctx.epoch, **fields)
+        from journal.dispatch import after_settle
+
+        after_settle(ctx, status)  # a child's end wakes its parent in the same transaction
+
     try:
-        ctx.writer.record(event, payload, actor=ctx.worker_id,
-                          extra=lambda: _fenced_update(ctx.run.id, ctx.epoch, **fields))
+        ctx.writer.record(event, payload, actor=ctx.worker_id, extra=commit)
     except LeaseLost:
         return "lost"
     return status

@@ -1,5 +1,6 @@
 """Runtime models, one module per concern (harness, session, sandbox, checkpoint, trace) plus runs and effects."""
 
+from journal.models.approvals import OPEN_APPROVAL_STATUSES, Approval, ApprovalDecision, ApprovalStatus
 from journal.models.checkpoint import Blob, Checkpoint, CheckpointDecision
 from journal.models.effects import EffectStatus, SideEffect
 from journal.models.harness import Harness, Worker, WorkerKind
@@ -10,6 +11,10 @@ from journal.models.signals import Signal
 from journal.models.trace import SpanKind, TraceSpan
 
 __all__ = [
+    "Approval",
+    "ApprovalDecision",
+    "ApprovalStatus",
+    "OPEN_APPROVAL_STATUSES",
     "AppendOnlyError",
     "Blob",
     "Checkpoint",
