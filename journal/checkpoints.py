@@ -1,50 +1,181 @@
-"""Checkpoint policy: decide after each step whether recovery needs a checkpoint.
+"""Checkpoint policy: decide after each step whether recovery needs a checkpoint, and read them back.
+
+Replaying the journal rebuilds a run's control flow and recorded results, but not the files its
+commands changed: that is what a checkpoint holds (a manifest path -> sha256 into the
+content-addressed blob store, plus explicit agent state).
 
 ``every`` checkpoints after each step; ``selective`` (the default) only when the step changed
 recovery-relevant state (sandbox files, explicit agent state) or is marked ``checkpoint=True``;
-``manual`` only when marked. A skipped step records why in its journal record, so the
-dashboard can show it without a row of its own.
+``manual`` only when marked. Every step's journal record says what was decided and why
+(``"checkpoint": "skipped: no sandbox or state change"``), so the dashboard can show skipped
+steps without a row (or a statement) of their own; a taken checkpoint is one Checkpoint row
+written in the same transaction as the step's record.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from typing import Any
 
-from journal.models import Checkpoint, CheckpointDecision
+from journal import blobs
+from journal.models import Checkpoint, CheckpointDecision, Run
+
+SKIP_PREFIX = "skipped: "
+TAKEN_PREFIX = "taken: "
 
 
 def decide(ctx, defn) -> tuple[bool, str]:
+    """(take?, why) for the step that just ran."""
     policy = ctx.run.checkpoint_policy
-    if defn is not None and defn.checkpoint is False:
+    marked = getattr(defn, "checkpoint", None)
+    if marked is False:
         return False, "step marked checkpoint=False"
-    if defn is not None and defn.checkpoint is True:
+    if marked is True:
         return True, "step marked checkpoint=True"
     if policy == "every":
         return True, "policy every"
     if policy == "manual":
         return False, "policy manual: step not marked"
     changed = []
-    if ctx.state_dirty:
+    if getattr(ctx, "sandbox_dirty", False):
+        changed.append("sandbox files")
+    # A replayed set_state() re-marks the state dirty; only a value the last checkpoint lacks counts.
+    if ctx.state_dirty and ctx.agent_state != getattr(ctx, "checkpointed_state", None):
         changed.append("agent state")
     if changed:
         return True, "changed " + " and ".join(changed)
     return False, "no sandbox or state change"
 
 
-def after_step(ctx, position: int, defn, commit: Callable[[Callable[[], None] | None], None]) -> None:
-    """Commit the step's record, with a checkpoint in the same transaction when the policy says so."""
+def _unsaved_contents(ctx, manifest: dict[str, str]) -> list[bytes]:
+    """Bytes of the files changed since the last checkpoint (the only ones that may be new to the store)."""
+    unsaved = getattr(ctx, "sandbox_unsaved", None)
+    if not unsaved:
+        return []
+    from journal.restore import sandbox_root
+
+    root = sandbox_root(ctx.run_id)
+    out = []
+    for path in sorted(unsaved):
+        sha = manifest.get(path)
+        if sha is None or sha.startswith("->"):  # deleted since, or a symlink (kept in the manifest itself)
+            continue
+        out.append((root / path).read_bytes())
+    return out
+
+
+def after_step(ctx, position: int, defn, commit: Callable[[Callable[[], None] | None], None],
+               payload: dict | None = None) -> None:
+    """Commit the step's record, with a checkpoint in the same transaction when the policy says so.
+
+    ``payload`` is the step's journal record: the decision and its reason are added to it.
+    """
     take, reason = decide(ctx, defn)
+    if payload is not None:
+        payload["checkpoint"] = (TAKEN_PREFIX if take else SKIP_PREFIX) + reason
     if not take:
         commit(None)
         return
     state = ctx.agent_state
+    manifest = dict(getattr(ctx, "sandbox_manifest", None) or {})
+    contents = _unsaved_contents(ctx, manifest)
+    changed = len(getattr(ctx, "sandbox_unsaved", None) or ())
 
     def write_checkpoint() -> None:
+        _, written = blobs.put_many(contents)
+        meta = len(json.dumps(manifest, separators=(",", ":"))) + (
+            len(json.dumps(state, separators=(",", ":"))) if state is not None else 0)
         Checkpoint.objects.create(
             run_id=ctx.run_id, position=position, step_name=getattr(defn, "name", ""),
-            decision=CheckpointDecision.TAKEN, reason=reason, manifest={}, state=state,
-            bytes_written=len(str(state)) if state is not None else 0,
+            decision=CheckpointDecision.TAKEN, reason=reason, manifest=manifest, state=state,
+            bytes_written=written + meta, files_changed=changed,
         )
 
     commit(write_checkpoint)
     ctx.state_dirty = False
+    ctx.sandbox_dirty = False
+    ctx.sandbox_unsaved = set()
+    ctx.checkpointed_state = state
+
+
+# -- reading checkpoints back: recovery, fork and time travel ----------------------------------
+
+def latest_checkpoint(run_id, position: int | None = None) -> Checkpoint | None:
+    """The latest taken checkpoint of this run at or before ``position`` (None: any position)."""
+    qs = Checkpoint.objects.filter(run_id=run_id, decision=CheckpointDecision.TAKEN)
+    if position is not None:
+        qs = qs.filter(position__lte=position)
+    return qs.order_by("-position", "-id").only("id", "position", "manifest", "state").first()
+
+
+def checkpoint_for(run_id, position: int | None = None) -> Checkpoint | None:
+    """Like latest_checkpoint, following fork lineage: a fork that has no checkpoint of its own at
+    or before ``position`` inherits its parent's files at the step it was forked from."""
+    seen = set()
+    while run_id is not None and run_id not in seen:
+        seen.add(run_id)
+        found = latest_checkpoint(run_id, position)
+        if found is not None:
+            return found
+        parent = Run.objects.filter(id=run_id).values_list("forked_from_id", "fork_step").first()
+        if parent is None or parent[0] is None:
+            return None
+        run_id, fork_step = parent
+        position = fork_step if position is None or fork_step is None else min(position, fork_step)
+    return None
+
+
+def manifest_at(run_id, position: int) -> dict[str, str]:
+    """The sandbox files at step ``position`` (1-based) as path -> sha256 (a symlink: "->target").
+
+    The latest taken checkpoint at or before that step; {} when there is none (an empty sandbox).
+    """
+    found = checkpoint_for(run_id, position)
+    return dict(found.manifest) if found is not None else {}
+
+
+def state_at_checkpoint(run_id, position: int) -> dict | None:
+    """Explicit agent state (ctx.set_state) as of the latest checkpoint at or before ``position``."""
+    found = checkpoint_for(run_id, position)
+    return found.state if found is not None else None
+
+
+def files_at(run_id, position: int) -> dict[str, bytes]:
+    """The sandbox's regular files at step ``position``: path -> bytes (symlinks left out)."""
+    manifest = manifest_at(run_id, position)
+    return read_manifest(manifest)
+
+
+def read_manifest(manifest: dict[str, str]) -> dict[str, bytes]:
+    wanted = {p: sha for p, sha in manifest.items() if not sha.startswith("->")}
+    contents = blobs.get_many(list(wanted.values()))
+    missing = sorted(p for p, sha in wanted.items() if sha not in contents)
+    if missing:
+        raise LookupError(f"checkpoint blobs missing from the store for {len(missing)} file(s), e.g. {missing[0]!r}")
+    return {p: contents[sha] for p, sha in wanted.items()}
+
+
+def step_decisions(run_id) -> dict[int, dict[str, Any]]:
+    """Per step position: {"decision": "taken"|"skipped", "reason", "bytes"} for the dashboard.
+
+    Skips come from the steps' journal records (no rows of their own); taken ones from Checkpoint.
+    """
+    from journal.models import EventKind, SessionEvent
+
+    out: dict[int, dict[str, Any]] = {}
+    rows = SessionEvent.objects.filter(run_id=run_id, kind=EventKind.STEP_COMPLETED, position__isnull=False,
+                                       payload__has_key="checkpoint").values_list("position", "payload")
+    for position, payload in rows:
+        note = str(payload.get("checkpoint", ""))
+        if note.startswith(SKIP_PREFIX):
+            out[position] = {"decision": "skipped", "reason": note[len(SKIP_PREFIX):], "bytes": 0}
+    for cp in Checkpoint.objects.filter(run_id=run_id, decision=CheckpointDecision.TAKEN).values(
+            "position", "reason", "bytes_written", "files_changed"):
+        out[cp["position"]] = {"decision": "taken", "reason": cp["reason"], "bytes": cp["bytes_written"],
+                               "files_changed": cp["files_changed"]}
+    return out
+
+
+__all__ = ["after_step", "checkpoint_for", "decide", "files_at", "latest_checkpoint", "manifest_at",
+           "read_manifest", "state_at_checkpoint", "step_decisions"]

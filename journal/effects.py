@@ -97,7 +97,7 @@ def _complete(ctx, defn, position, effect_id, call, args_hash, result_json, atte
 
         ctx.writer.record(EventKind.STEP_COMPLETED, payload, position=position, step_name=defn.name, extra=done)
 
-    after_step(ctx, position, defn, commit)
+    after_step(ctx, position, defn, commit, payload)
     return result_json
 
 

@@ -105,6 +105,9 @@ def _drive(ctx: Context, run: Run, claim: Claim, worker_id: str) -> str:
             compensate_run(ctx)
             return RunStatus.COMPENSATED
         defn = registry.get_workflow(run.agent)
+        from journal.restore import prepare_sandbox
+
+        prepare_sandbox(ctx)  # the sandbox's files back to the latest checkpoint before replay
         from journal.versioning import check_before_resume
 
         check_before_resume(ctx, defn)

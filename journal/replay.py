@@ -160,5 +160,5 @@ def execute(ctx, defn: StepDef, position: int, call: dict, args_hash: str) -> An
 
     after_step(ctx, position, defn, lambda extra: ctx.writer.record(
         EventKind.STEP_COMPLETED, payload, position=position, step_name=defn.name,
-        durability=defn.durability, extra=extra))
+        durability=defn.durability, extra=extra), payload)
     return result_json
