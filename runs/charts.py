@@ -1,0 +1,121 @@
+"""Plotly figure dicts built by pure functions from plain rows; the page passes them with json_script.
+
+No plotly import here: a figure is a dict ({"data": [...], "layout": {...}}) that plotly.js draws,
+so these functions are trivial to test and cost nothing at import.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import date, datetime
+
+STATUS_COLORS = {
+    "pending": "#8a8f98", "running": "#2f7ed8", "suspended": "#a66cd9", "completed": "#2e9e5b",
+    "failed": "#d64545", "cancelled": "#6b6f76", "needs_attention": "#e09a1a", "compensating": "#c46f2a",
+    "compensated": "#7a5a3a",
+}
+KIND_COLORS = {"step": "#2f7ed8", "effect": "#c46f2a", "model": "#a66cd9", "tool": "#2e9e5b", "sandbox": "#16998f",
+               "wait": "#8a8f98", "compensation": "#7a5a3a", "run": "#444"}
+
+_LAYOUT = {"margin": {"l": 50, "r": 10, "t": 30, "b": 40}, "height": 260, "paper_bgcolor": "rgba(0,0,0,0)",
+           "plot_bgcolor": "rgba(0,0,0,0)", "legend": {"orientation": "h"}}
+
+
+def _layout(title: str, **extra) -> dict:
+    return {**_LAYOUT, "title": {"text": title, "font": {"size": 14}}, **extra}
+
+
+def _day(value: date | datetime | str) -> str:
+    return value.date().isoformat() if isinstance(value, datetime) else str(value)[:10]
+
+
+def runs_by_status(rows: Iterable[tuple[date | datetime | str, str, int]]) -> dict:
+    """Stacked bars: rows of (day, status, count)."""
+    counts: dict[str, dict[str, int]] = defaultdict(dict)
+    days: set[str] = set()
+    for day, status, n in rows:
+        d = _day(day)
+        days.add(d)
+        counts[status][d] = counts[status].get(d, 0) + int(n)
+    x = sorted(days)
+    data = [{"type": "bar", "name": s, "x": x, "y": [counts[s].get(d, 0) for d in x],
+             "marker": {"color": STATUS_COLORS.get(s, "#999")}} for s in STATUS_COLORS if s in counts]
+    return {"data": data, "layout": _layout("Runs by status per day", barmode="stack")}
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    k = (len(sorted_values) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+def duration_percentiles(rows: Iterable[tuple[date | datetime | str, float]]) -> dict:
+    """p50 and p95 run duration (seconds) per day: rows of (day, seconds)."""
+    per_day: dict[str, list[float]] = defaultdict(list)
+    for day, seconds in rows:
+        per_day[_day(day)].append(float(seconds))
+    x = sorted(per_day)
+    p50 = [round(_quantile(sorted(per_day[d]), 0.5), 3) for d in x]
+    p95 = [round(_quantile(sorted(per_day[d]), 0.95), 3) for d in x]
+    return {"data": [{"type": "scatter", "mode": "lines+markers", "name": "p50", "x": x, "y": p50},
+                     {"type": "scatter", "mode": "lines+markers", "name": "p95", "x": x, "y": p95}],
+            "layout": _layout("Run duration (s)")}
+
+
+def failure_rate(rows: Iterable[tuple[date | datetime | str, str, int]]) -> dict:
+    """Share of finished runs that failed, per day: rows of (day, status, count)."""
+    finished: dict[str, int] = defaultdict(int)
+    failed: dict[str, int] = defaultdict(int)
+    for day, status, n in rows:
+        d = _day(day)
+        if status in ("completed", "failed", "cancelled", "compensated"):
+            finished[d] += int(n)
+        if status == "failed":
+            failed[d] += int(n)
+    x = sorted(finished)
+    y = [round(100.0 * failed[d] / finished[d], 1) if finished[d] else 0.0 for d in x]
+    return {"data": [{"type": "scatter", "mode": "lines+markers", "name": "failed %", "x": x, "y": y,
+                      "line": {"color": STATUS_COLORS["failed"]}}],
+            "layout": _layout("Failure rate (% of finished)", yaxis={"rangemode": "tozero"})}
+
+
+def cost_per_day(rows: Iterable[tuple[date | datetime | str, float, int]]) -> dict:
+    """Cost and tokens per day: rows of (day, cost, tokens)."""
+    cost: dict[str, float] = defaultdict(float)
+    tokens: dict[str, int] = defaultdict(int)
+    for day, c, t in rows:
+        d = _day(day)
+        cost[d] += float(c or 0)
+        tokens[d] += int(t or 0)
+    x = sorted(cost)
+    return {"data": [{"type": "bar", "name": "cost", "x": x, "y": [round(cost[d], 4) for d in x]},
+                     {"type": "scatter", "mode": "lines", "name": "tokens", "x": x, "y": [tokens[d] for d in x],
+                      "yaxis": "y2"}],
+            "layout": _layout("Cost and tokens per day", yaxis2={"overlaying": "y", "side": "right"})}
+
+
+def gantt(spans: Iterable[dict]) -> dict:
+    """A Gantt chart of a run's spans: dicts with name, kind, position, started_at, duration_ms, status."""
+    rows = list(spans)
+    data = []
+    by_kind: dict[str, list[dict]] = defaultdict(list)
+    for s in rows:
+        by_kind[s.get("kind") or "step"].append(s)
+    for kind, items in by_kind.items():
+        data.append({
+            "type": "bar", "orientation": "h", "name": kind,
+            "y": [f"{s.get('position') or '-'} {s.get('name', '')}" for s in items],
+            "x": [max(float(s.get("duration_ms") or 0), 0.5) for s in items],
+            "base": [s["started_at"].isoformat() if isinstance(s["started_at"], datetime) else str(s["started_at"])
+                     for s in items],
+            "marker": {"color": [KIND_COLORS.get(kind, "#999") if s.get("status") != "error" else "#d64545"
+                                 for s in items]},
+            "hovertemplate": "%{y}<br>%{x:.1f} ms<extra>" + kind + "</extra>",
+        })
+    height = max(160, min(900, 26 * len(rows) + 80))
+    return {"data": data, "layout": _layout("Timeline", height=height, barmode="overlay",
+                                            xaxis={"type": "date"}, yaxis={"autorange": "reversed"})}

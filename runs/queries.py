@@ -1,0 +1,200 @@
+"""Read-side queries for the dashboard pages: filters, keyset pagination, per-page data in a fixed
+number of queries (never one per row).
+
+Keyset pagination: a page is "the next N rows after (sort value, id)"; it never counts the whole
+table and never uses OFFSET, so page 5,000 of 100k runs costs what page 1 does.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q, QuerySet, TextField
+from django.db.models.functions import Cast
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from journal.models import LIVE_STATUSES, Run, RunStatus
+
+PAGE_SIZE = 50
+# Sortable columns: all NOT NULL, so (value, id) is a total order the keyset can walk.
+SORTS = {"created": "created_at", "agent": "agent", "status": "status", "steps": "steps", "tokens": "tokens",
+         "cost": "cost"}
+DEFAULT_SORT = "-created"
+
+
+class FilterError(ValueError):
+    """A filter value the user typed that cannot be understood; shown next to the form."""
+
+
+@dataclass
+class RunFilter:
+    status: list[str] = field(default_factory=list)
+    agent: str = ""
+    version: str = ""
+    since: datetime | None = None
+    until: datetime | None = None
+    q: str = ""
+    sort: str = DEFAULT_SORT
+    errors: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_query(cls, params) -> RunFilter:
+        f = cls()
+        valid = set(RunStatus.values)
+        for s in params.getlist("status"):
+            if s in valid:
+                f.status.append(s)
+            elif s:
+                f.errors.append(f"unknown status {s!r}")
+        f.agent = params.get("agent", "").strip()[:200]
+        f.version = params.get("version", "").strip()[:64]
+        f.q = params.get("q", "").strip()[:200]
+        f.since = _parse_time(params.get("since", ""), "since", f.errors)
+        f.until = _parse_time(params.get("until", ""), "until", f.errors, end_of_day=True)
+        sort = params.get("sort", DEFAULT_SORT)
+        if sort.lstrip("-") in SORTS:
+            f.sort = sort
+        elif sort:
+            f.errors.append(f"cannot sort by {sort!r}")
+        return f
+
+    def apply(self, qs: QuerySet) -> QuerySet:
+        if self.status:
+            qs = qs.filter(status__in=self.status)
+        if self.agent:
+            qs = qs.filter(agent=self.agent)
+        if self.version:
+            qs = qs.filter(version=self.version)
+        if self.since:
+            qs = qs.filter(created_at__gte=self.since)
+        if self.until:
+            qs = qs.filter(created_at__lte=self.until)
+        if self.q:
+            text = Q(_in__icontains=self.q) | Q(_out__icontains=self.q) | Q(error__icontains=self.q)
+            run_id = _as_uuid(self.q)
+            if run_id is not None:
+                text |= Q(id=run_id)
+            qs = qs.annotate(_in=Cast("input", TextField()), _out=Cast("output", TextField())).filter(text)
+        return qs
+
+    @property
+    def column(self) -> str:
+        return SORTS[self.sort.lstrip("-")]
+
+    @property
+    def descending(self) -> bool:
+        return self.sort.startswith("-")
+
+
+def _as_uuid(text: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        return None
+
+
+def _parse_time(text: str, name: str, errors: list[str], end_of_day: bool = False) -> datetime | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = parse_datetime(text)
+    except ValueError:
+        value = None
+    if value is None:
+        day = None
+        try:
+            day = parse_date(text)
+        except ValueError:
+            pass
+        if day is None:
+            errors.append(f"{name}: {text!r} is not a date (use YYYY-MM-DD or YYYY-MM-DDTHH:MM)")
+            return None
+        value = datetime.combine(day, datetime.max.time() if end_of_day else datetime.min.time())
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value)
+    return value
+
+
+def encode_cursor(value: Any, run_id: Any) -> str:
+    raw = json.dumps([value.isoformat() if isinstance(value, datetime) else str(value), str(run_id)])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(text: str) -> tuple[str, str] | None:
+    if not text:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        value, run_id = json.loads(raw)
+        return str(value), str(run_id)
+    except (ValueError, TypeError):
+        raise FilterError("the page link is damaged; start again from the first page") from None
+
+
+@dataclass
+class RunPage:
+    runs: list[Run]
+    next_cursor: str = ""
+    prev_cursor: str = ""
+
+    @property
+    def live_ids(self) -> list[str]:
+        return [str(r.id) for r in self.runs if r.status in LIVE_STATUSES]
+
+
+LIST_FIELDS = ("id", "agent", "version", "status", "steps", "progress", "tokens", "cost", "created_at",
+               "started_at", "finished_at", "error", "paused", "parent_id", "forked_from_id", "attention_reason")
+
+
+def _cursor_value(column: str, text: str):
+    if column == "created_at":
+        value = parse_datetime(text)
+        if value is None:
+            raise FilterError("the page link is damaged; start again from the first page")
+        return value
+    if column in ("steps", "tokens"):
+        return int(text)
+    return text
+
+
+def runs_page(f: RunFilter, *, after: str = "", before: str = "", size: int = PAGE_SIZE) -> RunPage:
+    """One page of runs in a single query (plus none per row)."""
+    column, desc = f.column, f.descending
+    qs = f.apply(Run.objects.all()).only(*LIST_FIELDS)
+    backwards = bool(before) and not after
+    cursor = decode_cursor(before if backwards else after)
+    if cursor:
+        value, rid = _cursor_value(column, cursor[0]), cursor[1]
+        # walking forward in a descending sort means smaller values, and the reverse
+        smaller = desc != backwards
+        op = "lt" if smaller else "gt"
+        qs = qs.filter(Q(**{f"{column}__{op}": value}) | Q(**{column: value, f"id__{op}": rid}))
+    forward_desc = desc != backwards
+    order = [f"-{column}", "-id"] if forward_desc else [column, "id"]
+    rows = list(qs.order_by(*order)[: size + 1])
+    more = len(rows) > size
+    rows = rows[:size]
+    if backwards:
+        rows.reverse()
+    page = RunPage(rows)
+    if rows:
+        first, last = rows[0], rows[-1]
+        if (more and not backwards) or (backwards and cursor):
+            page.next_cursor = encode_cursor(getattr(last, column), last.id)
+        if (backwards and more) or (not backwards and cursor):
+            page.prev_cursor = encode_cursor(getattr(first, column), first.id)
+    return page
+
+
+def agent_choices() -> list[tuple[str, str]]:
+    """(agent, version) pairs known to the harness table: small, so the filter form can list them."""
+    from journal.models import Harness
+
+    return sorted(set(Harness.objects.values_list("name", "version")))

@@ -1,5 +1,0 @@
-from django.http import HttpResponse
-
-
-def index(request):
-    return HttpResponse("durable-ui")

@@ -1,0 +1,145 @@
+"""Actions on one run. Each is role-checked (operator), audited, calls exactly one engine function,
+and answers in place (an htmx fragment) or, without htmx, with a message and a redirect."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from runs.permissions import operator_required
+from runs.views.common import Outcome, get_run_or_404, parse_json_field, perform
+
+EFFECT_RESOLUTIONS = ("done", "retry", "skip")
+
+
+def _text(request: HttpRequest, name: str, limit: int = 2000) -> str:
+    return request.POST.get(name, "").strip()[:limit]
+
+
+def _do_cancel(request, run, actor):
+    import journal
+
+    reason = _text(request, "reason") or "cancelled from the dashboard"
+    return (lambda: journal.cancel(run.id, reason, actor=actor)), reason, lambda r: f"cancel requested: {reason}"
+
+
+def _simple(name: str, message: str, *, takes_reason: bool = True) -> Callable:
+    def build(request, run, actor):
+        import journal
+
+        reason = _text(request, "reason")
+        if takes_reason:
+            return (lambda: getattr(journal, name)(run.id, actor=actor, reason=reason)), reason, lambda r: message
+        return (lambda: getattr(journal, name)(run.id, actor=actor)), reason, lambda r: message
+
+    return build
+
+
+def _do_signal(request, run, actor):
+    import journal
+
+    name = _text(request, "name", 200)
+    payload, error = parse_json_field(request.POST.get("payload", ""), "the payload")
+    if error:
+        return error, "", None
+    if not name:
+        return "a signal needs a name", "", None
+    return (lambda: journal.signal(run.id, name, payload, actor=actor)), f"signal {name}", \
+        lambda r: f"signal {name!r} delivered"
+
+
+def _do_resolve(request, run, actor):
+    import journal
+
+    try:
+        position = int(request.POST.get("position", ""))
+    except ValueError:
+        return "choose the step position of the effect to resolve", "", None
+    how = request.POST.get("resolution", "")
+    if how not in EFFECT_RESOLUTIONS:
+        return f"resolution must be one of {', '.join(EFFECT_RESOLUTIONS)}", "", None
+    result, error = parse_json_field(request.POST.get("result", ""), "the result")
+    if error:
+        return error, "", None
+    comment = _text(request, "comment")
+    return (lambda: journal.resolve_effect(run.id, position, action=how, result=result, actor=actor,
+                                           comment=comment)), comment, \
+        lambda r: f"effect at step {position} resolved: {how}"
+
+
+def _do_fork(request, run, actor):
+    import journal
+
+    try:
+        at_step = int(request.POST.get("at_step", ""))
+    except ValueError:
+        return "choose the step to fork from", "", None
+    override, error = parse_json_field(request.POST.get("override", ""), "the edited result")
+    if error:
+        return error, "", None
+    reason = _text(request, "reason")
+    use_override = request.POST.get("edit") == "on" or bool(request.POST.get("override", "").strip())
+    kwargs: dict[str, Any] = {"actor": actor, "reason": reason}
+    if use_override:
+        kwargs["override"] = override
+    return (lambda: journal.fork(run.id, at_step, **kwargs)), reason, lambda new_id: f"forked at step {at_step}"
+
+
+def _do_replay_check(request, run, actor):
+    import journal
+
+    def describe(check) -> str:
+        if getattr(check, "ok", False):
+            return "replay check passed: the code reproduces every recorded step"
+        d = getattr(check, "divergence", None)
+        if d is None:
+            return "replay check failed"
+        return f"diverges at step {d.position}: expected {d.expected}, got {d.got}"
+
+    return (lambda: journal.replay_check(run.id)), "", describe
+
+
+ACTIONS: dict[str, Callable] = {
+    "cancel": _do_cancel,
+    "pause": _simple("pause", "paused: no worker will advance it until unpaused"),
+    "unpause": _simple("unpause", "unpaused"),
+    "resume": _simple("resume", "resumed", takes_reason=False),
+    "retry": _simple("retry", "retry scheduled"),
+    "compensate": _simple("compensate", "compensation started"),
+    "signal": _do_signal,
+    "resolve_effect": _do_resolve,
+    "fork": _do_fork,
+    "replay_check": _do_replay_check,
+}
+
+
+@require_POST
+@operator_required
+def run_action(request: HttpRequest, run_id, action: str) -> HttpResponse:
+    builder = ACTIONS.get(action)
+    if builder is None:
+        raise Http404(f"no action named {action!r}")
+    run = get_run_or_404(run_id)
+    actor = request.user.get_username()
+    call, comment, describe = builder(request, run, actor)
+    if describe is None:  # the form itself was wrong: nothing was called, nothing to audit
+        outcome = Outcome(False, call)
+    else:
+        outcome = perform(request, action, call, run_id=run.id, comment=comment, describe=describe)
+    new_run = str(outcome.value) if outcome.ok and action == "fork" else ""
+    if request.htmx:
+        response = render(request, "runs/detail.html#action_result",
+                          {"run": run, "outcome": outcome, "action": action, "new_run": new_run})
+        if new_run:
+            response["HX-Redirect"] = reverse("run_detail", args=[new_run])
+        elif outcome.ok and action not in ("replay_check",):
+            response["HX-Trigger"] = "run-changed"
+        return response
+    (messages.success if outcome.ok else messages.error)(request, outcome.message)
+    return redirect(reverse("run_detail", args=[new_run or run.id]))

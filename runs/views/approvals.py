@@ -1,0 +1,116 @@
+"""The approvals inbox: runs waiting for a person, oldest first, and the decision endpoint.
+
+Two kinds of waits are decisions: an approval (``ctx.request_approval``: journal.models.Approval,
+decided with ``journal.decide``), and a run suspended on ``ctx.wait_for_signal`` (answered by
+sending that signal). Both show here so an on-call operator has one place to look.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from journal.models import Run, RunStatus
+from runs.permissions import operator_required, viewer_required
+from runs.roles import roles_of
+from runs.views.common import Outcome, get_run_or_404, parse_json_field, perform
+
+INBOX_ROWS = 200
+DECISIONS = ("accept", "edit", "reject", "respond")
+
+
+def approval_model():
+    try:
+        from journal.models import Approval  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return Approval
+
+
+def pending_approvals():
+    Approval = approval_model()
+    if Approval is None:
+        return []
+    return list(Approval.objects.filter(status="pending").select_related("run").order_by("requested_at", "id")
+                [:INBOX_ROWS])
+
+
+def signal_waits():
+    return list(Run.objects.filter(status=RunStatus.SUSPENDED, waiting_for__kind="signal")
+                .defer("output", "error").order_by("updated_at", "id")[:INBOX_ROWS])
+
+
+def pending_count() -> int:
+    """For the navigation badge: two indexed COUNTs, whatever the page."""
+    n = Run.objects.filter(status=RunStatus.SUSPENDED, waiting_for__kind="signal").count()
+    Approval = approval_model()
+    if Approval is not None:
+        n += Approval.objects.filter(status="pending").count()
+    return n
+
+
+@require_GET
+@viewer_required
+def inbox(request: HttpRequest) -> HttpResponse:
+    context = {"approvals": pending_approvals(), "waits": signal_waits()}
+    if request.htmx and request.GET.get("fragment") == "list":
+        return render(request, "runs/approvals.html#inbox", context)
+    return render(request, "runs/approvals.html", context)
+
+
+@require_POST
+@operator_required
+def decide(request: HttpRequest) -> HttpResponse:
+    """accept / edit-then-accept / reject / respond, for an approval or a signal wait."""
+    import journal
+
+    decision = request.POST.get("decision", "")
+    comment = request.POST.get("comment", "").strip()[:4000]
+    actor = request.user.get_username()
+    edited, error = parse_json_field(request.POST.get("edited", ""), "the edited value")
+    if decision not in DECISIONS:
+        error = f"decision must be one of {', '.join(DECISIONS)}"
+    elif decision == "respond" and not comment:
+        error = "write the response in the comment box"
+    elif decision == "edit" and edited is None and not error:
+        error = "edit-then-accept needs the edited value (JSON)"
+    approval_id = request.POST.get("approval_id", "")
+    run_id = request.POST.get("run_id", "")
+    outcome: Outcome
+    if error:
+        outcome = Outcome(False, error)
+    elif approval_id:
+        approved = decision in ("accept", "edit")
+        roles = roles_of(request.user)
+
+        def call():
+            return journal.decide(int(approval_id), approved=approved, actor=actor, actor_roles=roles,
+                                  comment=comment, edited=edited if decision == "edit" else None)
+
+        Approval = approval_model()
+        row = Approval.objects.filter(id=approval_id).only("run_id").first() if Approval and \
+            approval_id.isdigit() else None
+        outcome = perform(request, f"approval_{decision}", call, run_id=row.run_id if row else None,
+                          target=f"approval {approval_id}", comment=comment,
+                          describe=lambda r: f"{decision}ed" if decision != "edit" else "edited and accepted")
+    else:
+        run = get_run_or_404(run_id)
+        name = (run.waiting_for or {}).get("name", "") if isinstance(run.waiting_for, dict) else ""
+        if not name:
+            outcome = Outcome(False, "this run is no longer waiting for a signal")
+        else:
+            payload = {"approved": decision in ("accept", "edit"), "decision": decision, "comment": comment,
+                       "by": actor}
+            if decision == "edit":
+                payload["edited"] = edited
+            outcome = perform(request, f"approval_{decision}",
+                              lambda: journal.signal(run.id, name, payload, actor=actor), run_id=run.id,
+                              target=f"signal {name}", comment=comment, describe=lambda r: f"{decision}: sent")
+    if request.htmx:
+        context = {"approvals": pending_approvals(), "waits": signal_waits(), "outcome": outcome}
+        return render(request, "runs/approvals.html#inbox", context)
+    (messages.success if outcome.ok else messages.error)(request, outcome.message)
+    back = request.POST.get("next", "")
+    return redirect(back if back.startswith("/") and not back.startswith("//") else "approvals")

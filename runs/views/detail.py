@@ -1,0 +1,113 @@
+"""Run detail: header, journal stepper, timeline, tabs, and a live tail of new events."""
+
+from __future__ import annotations
+
+import json
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+from django_htmx.http import HttpResponseStopPolling
+
+from journal.models import (
+    Checkpoint,
+    Run,
+    SandboxCommand,
+    SessionEvent,
+    SideEffect,
+    TraceSpan,
+)
+from runs import charts, stepper
+from runs.permissions import viewer_required
+from runs.views.common import get_run_or_404
+
+EVENTS_PAGE = 200
+TAB_ROWS = 500
+TAIL_ROWS = 200
+
+
+def _int(value: str, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+@require_GET
+@viewer_required
+def run_detail(request: HttpRequest, run_id) -> HttpResponse:
+    run = get_run_or_404(run_id)
+    total = stepper.total_steps(run)
+    step = stepper.step_view(run, _int(request.GET.get("step"), total or 1), total) if total else None
+    if request.htmx and request.GET.get("fragment") == "journal":
+        return render(request, "runs/detail.html#journal", {"run": run, "step": step})
+    events = list(SessionEvent.objects.filter(run=run).order_by("seq")[:EVENTS_PAGE])
+    spans = list(TraceSpan.objects.filter(run=run).order_by("started_at", "id")[:TAB_ROWS])
+    lineage = {
+        "parent": Run.objects.filter(id=run.parent_id).only("id", "agent", "status").first() if run.parent_id else None,
+        "forked_from": (Run.objects.filter(id=run.forked_from_id).only("id", "agent", "status").first()
+                        if run.forked_from_id else None),
+        "children": list(run.children.only("id", "agent", "status").order_by("created_at")[:50]),
+        "forks": list(run.forks.only("id", "agent", "status", "fork_step").order_by("created_at")[:50]),
+    }
+    gantt = charts.gantt({"name": s.name, "kind": s.kind, "position": s.position, "started_at": s.started_at,
+                          "duration_ms": s.duration_ms, "status": s.status} for s in spans)
+    context = {
+        "run": run, "step": step, "events": events, "more_events": len(events) == EVENTS_PAGE,
+        "last_seq": events[-1].seq if events else 0, "spans": spans, "gantt": gantt, "lineage": lineage,
+        "checkpoints": list(Checkpoint.objects.filter(run=run).defer("manifest", "state").order_by("position")
+                            [:TAB_ROWS]),
+        "effects": list(SideEffect.objects.filter(run=run).order_by("position")[:TAB_ROWS]),
+        "commands": list(SandboxCommand.objects.filter(run=run).order_by("created_at", "id")[:TAB_ROWS]),
+        "in_doubt": SideEffect.objects.filter(run=run, status="started").order_by("position").first(),
+        "approval": _pending_approval(run),
+    }
+    return render(request, "runs/detail.html", context)
+
+
+def _pending_approval(run: Run):
+    """The approval this run waits for, if the approvals engine is installed."""
+    try:
+        from journal.models import Approval  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return Approval.objects.filter(run=run, status="pending").order_by("requested_at").first()
+
+
+@require_GET
+@viewer_required
+def run_header(request: HttpRequest, run_id) -> HttpResponse:
+    """The header fragment, polled while the run is live; 286 stops the polling once it is terminal."""
+    run = get_run_or_404(run_id)
+    response = render(request, "runs/detail.html#header", {"run": run})
+    if run.is_terminal:
+        return HttpResponseStopPolling(response.content)
+    return response
+
+
+@require_GET
+@viewer_required
+def run_tail(request: HttpRequest, run_id) -> HttpResponse:
+    """Events after the ``after`` seq cursor: only new rows, appended to the event list."""
+    run = get_run_or_404(run_id, fields=("id", "status"))
+    after = _int(request.GET.get("after"), 0)
+    events = list(SessionEvent.objects.filter(run_id=run.id, seq__gt=after).order_by("seq")[:TAIL_ROWS])
+    last_seq = events[-1].seq if events else after
+    response = render(request, "runs/detail.html#tail", {"run": run, "events": events, "last_seq": last_seq})
+    if run.is_terminal and len(events) < TAIL_ROWS:
+        return HttpResponseStopPolling(response.content)
+    return response
+
+
+@require_GET
+@viewer_required
+def event_payload(request: HttpRequest, run_id, seq: int) -> HttpResponse:
+    """One event's full payload as JSON (for payloads too big to inline): served as data, never HTML."""
+    run = get_run_or_404(run_id, fields=("id",))
+    event = SessionEvent.objects.filter(run_id=run.id, seq=seq).first()
+    if event is None:
+        return JsonResponse({"error": f"run {run.id} has no event {seq}"}, status=404)
+    response = HttpResponse(json.dumps(event.payload, indent=2, default=str), content_type="application/json")
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Disposition"] = f'inline; filename="{run.id}-{seq}.json"'
+    return response

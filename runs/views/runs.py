@@ -1,0 +1,122 @@
+"""The runs list: filters and sort in the URL, keyset pages, a tiny live fragment, bulk actions."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseStopPolling
+
+from journal.models import LIVE_STATUSES, Run, RunStatus
+from runs import queries
+from runs.permissions import operator_required, viewer_required
+from runs.views.common import perform
+
+MAX_LIVE_IDS = 200
+BULK_ACTIONS = {"cancel", "retry", "compensate"}
+
+
+@require_GET
+@viewer_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    f = queries.RunFilter.from_query(request.GET)
+    try:
+        page = queries.runs_page(f, after=request.GET.get("after", ""), before=request.GET.get("before", ""))
+    except queries.FilterError as exc:
+        f.errors.append(str(exc))
+        page = queries.runs_page(f)
+    base = request.GET.copy()
+    for key in ("after", "before"):
+        base.pop(key, None)
+    sort_links = {}
+    for key in queries.SORTS:
+        q = base.copy()
+        q["sort"] = key if f.sort == f"-{key}" else f"-{key}"
+        sort_links[key] = q.urlencode()
+    context = {
+        "filter": f, "page": page, "statuses": RunStatus.choices, "agents": queries.agent_choices(),
+        "query": base.urlencode(), "sort_links": sort_links,
+        "next_query": _with(base, after=page.next_cursor), "prev_query": _with(base, before=page.prev_cursor),
+        "live_ids": ",".join(page.live_ids),
+    }
+    return render(request, "runs/list.html", context)
+
+
+def _with(base, **cursor) -> str:
+    q = base.copy()
+    for key, value in cursor.items():
+        if not value:
+            return ""
+        q[key] = value
+    return q.urlencode()
+
+
+@require_GET
+@viewer_required
+def run_list_live(request: HttpRequest) -> HttpResponse:
+    """Status and progress of the live runs on the current page, as out-of-band swaps.
+
+    Returns 286 (htmx: stop polling) once none of them is live any more.
+    """
+    ids = [i for i in request.GET.get("ids", "").split(",") if i][:MAX_LIVE_IDS]
+    runs = []
+    if ids:
+        try:
+            runs = list(Run.objects.filter(id__in=ids).only("id", "status", "progress", "steps", "paused",
+                                                          "error", "attention_reason"))
+        except Exception:  # a malformed id in the query string: nothing to show
+            runs = []
+    response = render(request, "runs/list.html#live", {"runs": runs, "oob": True})
+    if not any(r.status in LIVE_STATUSES for r in runs):
+        stop = HttpResponseStopPolling(response.content)
+        return stop
+    return response
+
+
+@require_POST
+@operator_required
+def bulk_action(request: HttpRequest) -> HttpResponse:
+    """Cancel, retry or compensate the selected runs (the form asks for confirmation first)."""
+    import journal
+
+    action = request.POST.get("action", "")
+    ids = request.POST.getlist("run_ids")[:500]
+    reason = request.POST.get("reason", "").strip()[:500]
+    back = request.POST.get("next", "")
+    if not back.startswith("/") or back.startswith("//"):
+        back = "/"
+    if action not in BULK_ACTIONS:
+        messages.error(request, f"unknown bulk action {action!r}")
+        return redirect(back)
+    if not ids:
+        messages.warning(request, "select at least one run first")
+        return redirect(back)
+    actor = request.user.get_username()
+    calls = {
+        "cancel": lambda rid: journal.cancel(rid, reason or "bulk cancel from the dashboard", actor=actor),
+        "retry": lambda rid: journal.retry(rid, actor=actor, reason=reason),
+        "compensate": lambda rid: journal.compensate(rid, actor=actor, reason=reason),
+    }
+    done, failed = 0, []
+    for rid in ids:
+        outcome = perform(request, action, lambda rid=rid: calls[action](rid), run_id=_uuid_or_none(rid),
+                          comment=reason, target="bulk")
+        if outcome.ok:
+            done += 1
+        else:
+            failed.append(f"{rid[:8]}: {outcome.message}")
+    if done:
+        messages.success(request, f"{action}: {done} run(s) done")
+    for line in failed[:20]:
+        messages.error(request, line)
+    return redirect(back)
+
+
+def _uuid_or_none(text: str):
+    import uuid
+
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        return None

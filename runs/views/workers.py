@@ -1,0 +1,110 @@
+"""Harness and workers: agents and their versions, live workers with heartbeats and the runs each
+holds; the overview page with its charts; pausing an agent (operators)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import timedelta
+
+from django.contrib import messages
+from django.db.models import Count, Max, Sum
+from django.db.models.functions import TruncDay
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from journal.models import Harness, Run, RunStatus, Worker
+from journal.models.run import lease_seconds
+from runs import charts
+from runs.permissions import operator_required, viewer_required
+from runs.views.common import perform
+
+OVERVIEW_DAYS = 14
+DURATION_SAMPLE = 20_000  # finished runs read for percentiles; enough for a daily p95
+
+
+@require_GET
+@viewer_required
+def workers(request: HttpRequest) -> HttpResponse:
+    now = timezone.now()
+    harnesses = list(Harness.objects.order_by("name", "-registered_at"))
+    counts = defaultdict(dict)
+    for row in Run.objects.values("agent", "version", "status").annotate(n=Count("id")).order_by():
+        counts[(row["agent"], row["version"])][row["status"]] = row["n"]
+    agents: dict[str, list[dict]] = defaultdict(list)
+    for h in harnesses:
+        agents[h.name].append({"harness": h, "counts": counts.get((h.name, h.version), {})})
+    alive_after = now - timedelta(seconds=3 * lease_seconds())
+    worker_rows = list(Worker.objects.filter(stopped_at__isnull=True, heartbeat_at__gte=alive_after)
+                       .order_by("-heartbeat_at")[:200])
+    held = defaultdict(list)
+    for run in Run.objects.filter(lease_owner__in=[w.id for w in worker_rows]).exclude(lease_owner="") \
+            .only("id", "agent", "status", "lease_owner", "lease_expires_at", "steps")[:1000]:
+        held[run.lease_owner].append(run)
+    recent_dead = list(Worker.objects.exclude(id__in=[w.id for w in worker_rows]).order_by("-heartbeat_at")[:20])
+    context = {
+        "agents": dict(agents), "workers": [{"worker": w, "runs": held.get(w.id, []),
+                                            "age": (now - w.heartbeat_at).total_seconds()} for w in worker_rows],
+        "stopped": recent_dead, "paused_agents": _paused_agents(),
+    }
+    return render(request, "runs/workers.html", context)
+
+
+def _paused_agents() -> set[str]:
+    """Agents an operator paused, if the operator engine keeps such a list (else none)."""
+    try:
+        from journal import operator  # type: ignore[attr-defined]
+
+        return set(operator.paused_agents())
+    except (ImportError, AttributeError, NotImplementedError):
+        return set()
+    except Exception:
+        return set()
+
+
+@require_POST
+@operator_required
+def agent_action(request: HttpRequest, agent: str) -> HttpResponse:
+    import journal
+
+    action = request.POST.get("action", "")
+    reason = request.POST.get("reason", "").strip()[:500]
+    actor = request.user.get_username()
+    if action not in ("pause_agent", "unpause_agent"):
+        messages.error(request, f"unknown agent action {action!r}")
+        return redirect("workers")
+    outcome = perform(request, action, lambda: getattr(journal, action)(agent, actor=actor, reason=reason),
+                      target=f"agent {agent}", comment=reason,
+                      describe=lambda r: f"{agent}: {'paused' if action == 'pause_agent' else 'unpaused'}")
+    (messages.success if outcome.ok else messages.error)(request, outcome.message)
+    return redirect("workers")
+
+
+@require_GET
+@viewer_required
+def overview(request: HttpRequest) -> HttpResponse:
+    since = timezone.now() - timedelta(days=OVERVIEW_DAYS)
+    recent = Run.objects.filter(created_at__gte=since)
+    by_status = [(r["day"], r["status"], r["n"]) for r in recent.annotate(day=TruncDay("created_at"))
+                 .values("day", "status").annotate(n=Count("id")).order_by()]
+    costs = [(r["day"], r["c"], r["t"]) for r in recent.annotate(day=TruncDay("created_at"))
+             .values("day").annotate(c=Sum("cost"), t=Sum("tokens")).order_by()]
+    durations = [(created, (finished - started).total_seconds()) for created, started, finished in
+                 recent.filter(finished_at__isnull=False, started_at__isnull=False)
+                 .order_by("-created_at").values_list("created_at", "started_at", "finished_at")[:DURATION_SAMPLE]]
+    totals = dict(Run.objects.filter(status__in=[RunStatus.RUNNING, RunStatus.PENDING, RunStatus.SUSPENDED,
+                                                 RunStatus.NEEDS_ATTENTION, RunStatus.FAILED])
+                  .values_list("status").annotate(n=Count("id")).order_by())
+    figures = {
+        "status": charts.runs_by_status(by_status),
+        "duration": charts.duration_percentiles(durations),
+        "failures": charts.failure_rate(by_status),
+        "cost": charts.cost_per_day(costs),
+    }
+    latest = Run.objects.aggregate(last=Max("created_at"))["last"]
+    return render(request, "runs/overview.html", {"figures": figures, "totals": totals, "days": OVERVIEW_DAYS,
+                                                  "latest": latest, "has_data": bool(by_status)})
+
+
+__all__ = ["workers", "agent_action", "overview"]

@@ -1,0 +1,98 @@
+// durable-ui dashboard behaviour: keyboard stepping, JSON validation, tabs, charts, confirmations.
+// Plain DOM code, no framework; every handler is delegated so htmx-swapped content works too.
+(function () {
+  "use strict";
+
+  function stepTo(n) {
+    var nav = document.querySelector("[data-stepper]");
+    if (!nav || !window.htmx) return;
+    var total = parseInt(nav.dataset.total, 10);
+    n = Math.max(1, Math.min(total, n));
+    htmx.ajax("GET", "?step=" + n + "&fragment=journal", {target: "#journal", swap: "outerHTML"}).then(function () {
+      history.pushState({}, "", "?step=" + n);
+    });
+  }
+
+  document.addEventListener("keydown", function (ev) {
+    var t = ev.target;
+    if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName) && t.type !== "range")) return;
+    if (ev.altKey || ev.ctrlKey || ev.metaKey) return;
+    var link = null;
+    if (ev.key === "ArrowRight") link = document.getElementById("step-next");
+    if (ev.key === "ArrowLeft") link = document.getElementById("step-prev");
+    if (link) { ev.preventDefault(); link.click(); }
+  });
+
+  document.addEventListener("change", function (ev) {
+    if (ev.target.matches("[data-step-slider]")) stepTo(parseInt(ev.target.value, 10));
+    if (ev.target.matches("[data-select-all]")) {
+      document.querySelectorAll("input[name=run_ids]").forEach(function (c) { c.checked = ev.target.checked; });
+    }
+  });
+  document.addEventListener("input", function (ev) {
+    if (ev.target.matches("[data-step-slider]")) {
+      var out = document.getElementById("step-number");
+      if (out) out.textContent = ev.target.value;
+    }
+    if (ev.target.matches("textarea[data-json]")) validateJson(ev.target);
+  });
+
+  // Client-side half of the JSON editor's validation (the server checks again).
+  function validateJson(area) {
+    var msg = area.parentElement.querySelector(".json-error") || area.nextElementSibling;
+    var text = area.value.trim();
+    var error = "";
+    if (text) { try { JSON.parse(text); } catch (e) { error = "Not valid JSON: " + e.message; } }
+    area.setCustomValidity(error);
+    area.setAttribute("aria-invalid", error ? "true" : "false");
+    if (msg && msg.classList.contains("json-error")) msg.textContent = error;
+    return !error;
+  }
+  document.addEventListener("submit", function (ev) {
+    var form = ev.target;
+    var ok = true;
+    form.querySelectorAll("textarea[data-json]").forEach(function (a) { ok = validateJson(a) && ok; });
+    if (!ok) { ev.preventDefault(); ev.stopPropagation(); return; }
+    if (form.dataset.confirm === "bulk") {
+      var n = form.querySelectorAll("input[name=run_ids]:checked").length;
+      var action = ev.submitter ? ev.submitter.value : "act on";
+      if (!window.confirm(action + " " + n + " selected run(s)? This cannot be undone.")) ev.preventDefault();
+    }
+    if (ev.submitter && ev.submitter.dataset.confirmText && !window.confirm(ev.submitter.dataset.confirmText)) {
+      ev.preventDefault();
+    }
+  }, true);
+  document.addEventListener("htmx:validation:validate", function (ev) {
+    if (ev.target.matches && ev.target.matches("textarea[data-json]")) validateJson(ev.target);
+  });
+
+  // Tabs (ARIA tablist): click or ← → within the tab list.
+  document.addEventListener("click", function (ev) {
+    var tab = ev.target.closest && ev.target.closest("[role=tab]");
+    if (!tab) return;
+    var list = tab.parentElement;
+    list.querySelectorAll("[role=tab]").forEach(function (t) {
+      var on = t === tab;
+      t.setAttribute("aria-selected", on ? "true" : "false");
+      t.tabIndex = on ? 0 : -1;
+      var panel = document.getElementById(t.getAttribute("aria-controls"));
+      if (panel) panel.hidden = !on;
+    });
+  });
+
+  function drawCharts(root) {
+    if (!window.Plotly) return;
+    var dark = window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
+    (root || document).querySelectorAll("[data-chart]").forEach(function (el) {
+      if (el.dataset.drawn) return;
+      var src = document.getElementById(el.dataset.chart);
+      if (!src) return;
+      var fig = JSON.parse(src.textContent);
+      if (dark) fig.layout.font = {color: "#d8dbe0"};
+      Plotly.newPlot(el, fig.data, fig.layout, {displaylogo: false, responsive: true});
+      el.dataset.drawn = "1";
+    });
+  }
+  window.addEventListener("load", function () { drawCharts(document); });
+  document.addEventListener("htmx:afterSettle", function (ev) { drawCharts(ev.target); });
+})();

@@ -1,0 +1,62 @@
+"""Small workflows that give the dashboard tests real journals to show (driven by the real engine)."""
+
+import journal
+
+EVIL = ('<script>window.__pwned = 1</script><img src=x onerror="window.__pwned=2">'
+        '<div hx-get="/evil" hx-trigger="load">x</div>')
+
+
+@journal.step()
+def fetch_doc(name: str) -> dict:
+    return {"name": name, "words": len(name) * 10}
+
+
+@journal.step()
+def summarize_doc(doc: dict) -> str:
+    return f"summary of {doc['name']}"
+
+
+@journal.step()
+def explode(doc: dict) -> str:
+    raise ValueError(f"cannot parse {doc['name']}: unexpected token")
+
+
+@journal.step()
+def evil_tool(text: str) -> dict:
+    return {"html": EVIL, "note": text}
+
+
+@journal.workflow(name="dash_ok", version="2")
+def dash_ok(ctx: journal.Context, name: str) -> dict:
+    doc = fetch_doc(name)
+    ctx.set_state({"doc": doc, "stage": "fetched"})
+    ctx.set_progress(1, 2, "fetched")
+    summary = summarize_doc(doc)
+    ctx.set_state({"doc": doc, "stage": "summarized", "summary": summary})
+    ctx.set_progress(2, 2, "done")
+    return {"summary": summary}
+
+
+@journal.workflow(name="dash_fail", version="1")
+def dash_fail(ctx: journal.Context, name: str) -> str:
+    doc = fetch_doc(name)
+    summarize_doc(doc)
+    return explode(doc)
+
+
+@journal.workflow(name="dash_approval", version="1")
+def dash_approval(ctx: journal.Context, name: str) -> dict:
+    doc = fetch_doc(name)
+    decision = ctx.wait_for_signal("approval")
+    return {"doc": doc["name"], "approved": bool((decision or {}).get("approved")), "decision": decision}
+
+
+@journal.workflow(name="dash_evil", version="1")
+def dash_evil(ctx: journal.Context, text: str) -> dict:
+    return evil_tool(text)
+
+
+@journal.workflow(name="dash_evil_fail", version="1")
+def dash_evil_fail(ctx: journal.Context, text: str) -> str:
+    evil_tool(text)
+    raise RuntimeError(EVIL)

@@ -1,0 +1,138 @@
+"""The runs list: filters, sort, keyset pages, the live fragment, bulk actions, query counts."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from journal.models import Run, RunStatus
+from runs.models import AuditEntry
+from tests.dashboard_data import make_demo_runs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def demo(drive):
+    return make_demo_runs(drive)
+
+
+def _login(client, personas, role="viewer"):
+    client.force_login(personas[role])
+    return client
+
+
+def test_list_shows_runs_and_filters_by_status_agent_and_text(client, personas, demo):
+    _login(client, personas)
+    page = client.get(reverse("run_list")).content.decode()
+    for run_id in (demo.ok, demo.failed, demo.waiting):
+        assert run_id[:8] in page
+    failed = client.get(reverse("run_list"), {"status": "failed"}).content.decode()
+    assert demo.failed[:8] in failed and demo.ok[:8] not in failed
+    by_agent = client.get(reverse("run_list"), {"agent": "dash_ok"}).content.decode()
+    assert demo.ok[:8] in by_agent and demo.failed[:8] not in by_agent
+    by_version = client.get(reverse("run_list"), {"version": "2"}).content.decode()
+    assert demo.ok[:8] in by_version and demo.waiting[:8] not in by_version
+    text = client.get(reverse("run_list"), {"q": "unexpected token"}).content.decode()
+    assert demo.failed[:8] in text and demo.ok[:8] not in text
+    by_input = client.get(reverse("run_list"), {"q": "contract.pdf"}).content.decode()
+    assert demo.waiting[:8] in by_input and demo.ok[:8] not in by_input
+    by_id = client.get(reverse("run_list"), {"q": demo.ok}).content.decode()
+    assert demo.ok[:8] in by_id and demo.failed[:8] not in by_id
+
+
+def test_bad_filter_values_are_explained_not_crashed(client, personas, demo):
+    _login(client, personas)
+    resp = client.get(reverse("run_list"), {"since": "yesterday-ish", "status": "bogus", "sort": "nope",
+                                            "after": "!!!"})
+    assert resp.status_code == 200
+    body = resp.content.decode()
+    assert "is not a date" in body and "unknown status" in body and "cannot sort by" in body
+    assert "page link is damaged" in body
+
+
+def test_time_range_filter(client, personas, demo):
+    _login(client, personas)
+    assert demo.ok[:8] not in client.get(reverse("run_list"), {"until": "2000-01-01"}).content.decode()
+    assert demo.ok[:8] in client.get(reverse("run_list"), {"since": "2000-01-01"}).content.decode()
+
+
+def test_keyset_pages_walk_every_run_once_in_both_directions(client, personas, drive):
+    import journal
+
+    ids = {journal.start("dash_ok", f"doc-{i}") for i in range(7)}
+    _login(client, personas)
+    from runs import queries
+
+    for sort in ("-created", "created", "agent", "-status", "steps"):
+        f = queries.RunFilter.from_query(_qd({"sort": sort}))
+        seen, pages, cursor = [], [], ""
+        while True:
+            page = queries.runs_page(f, after=cursor, size=3)
+            pages.append(page)
+            seen += [str(r.id) for r in page.runs]
+            if not page.next_cursor:
+                break
+            cursor = page.next_cursor
+        assert sorted(seen) == sorted(ids) and len(seen) == len(set(seen)), sort
+        # back from the last page reproduces the previous page exactly
+        back = queries.runs_page(f, before=pages[-1].prev_cursor, size=3)
+        assert [r.id for r in back.runs] == [r.id for r in pages[-2].runs], sort
+
+
+def _qd(d):
+    from django.http import QueryDict
+
+    q = QueryDict(mutable=True)
+    q.update(d)
+    return q
+
+
+def test_sort_links_and_filters_stay_in_the_url(client, personas, demo):
+    _login(client, personas)
+    body = client.get(reverse("run_list"), {"status": "failed", "sort": "agent"}).content.decode()
+    assert "status=failed&amp;sort=-agent" in body
+
+
+def test_live_fragment_stops_polling_when_nothing_is_live(client, personas, demo):
+    _login(client, personas)
+    live = client.get(reverse("run_list_live"), {"ids": demo.waiting})
+    assert live.status_code == 200 and f'id="st-{demo.waiting}"' in live.content.decode()
+    assert 'hx-swap-oob="true"' in live.content.decode()
+    done = client.get(reverse("run_list_live"), {"ids": f"{demo.ok},{demo.failed}"})
+    assert done.status_code == 286
+    assert client.get(reverse("run_list_live"), {"ids": "not-a-uuid"}).status_code == 286
+    page = client.get(reverse("run_list")).content.decode()
+    assert "live-poller" in page and demo.waiting in page.split("live-poller")[1]
+    only_done = client.get(reverse("run_list"), {"status": "completed"}).content.decode()
+    assert "live-poller" not in only_done
+
+
+def test_bulk_cancel_cancels_selected_runs_and_audits_each(client, personas, demo):
+    _login(client, personas, "operator")
+    resp = client.post(reverse("run_bulk"), {"action": "cancel", "run_ids": [demo.waiting, demo.ok],
+                                             "reason": "incident 42", "next": "/?status=suspended"})
+    assert resp.status_code == 302 and resp["Location"] == "/?status=suspended"
+    assert Run.objects.get(id=demo.waiting).status == RunStatus.CANCELLED
+    entries = {str(e.run_id): e for e in AuditEntry.objects.filter(action="cancel")}
+    assert entries[demo.waiting].ok and entries[demo.waiting].comment == "incident 42"
+    assert not entries[demo.ok].ok and "already completed" in entries[demo.ok].result
+
+
+def test_bulk_refuses_unknown_actions_and_unsafe_redirects(client, personas, demo):
+    _login(client, personas, "operator")
+    resp = client.post(reverse("run_bulk"), {"action": "delete", "run_ids": [demo.ok], "next": "//evil.example"})
+    assert resp["Location"] == "/"
+    assert Run.objects.get(id=demo.ok).status == RunStatus.COMPLETED
+    assert not AuditEntry.objects.exists()
+
+
+def test_list_query_count_does_not_grow_with_rows(client, personas, drive, django_assert_max_num_queries):
+    import journal
+
+    for i in range(30):
+        journal.start("dash_ok", f"bulk-{i}")
+    _login(client, personas, "operator")
+    with django_assert_max_num_queries(12):
+        resp = client.get(reverse("run_list"))
+    assert resp.content.decode().count('class="status-cell"') == 30
