@@ -120,6 +120,7 @@ def workflow(
     description: str = "",
     max_concurrency: int | None = None,
     signals: tuple[str, ...] | list[str] = (),
+    compensate_on_cancel: bool = False,
 ):
     """Register a workflow (an agent). Its first parameter receives the journal.Context."""
 
@@ -153,7 +154,8 @@ def workflow(
             fingerprint=registry.code_fingerprint(func),
             module=func.__module__,
             max_concurrency=max_concurrency,
-            options={"signals": tuple(signals)} if signals else {},
+            options={**({"signals": tuple(signals)} if signals else {}),
+                     **({"compensate_on_cancel": True} if compensate_on_cancel else {})},
         )
         registry.register_workflow(defn)
         func.__durable_workflow__ = defn  # type: ignore[attr-defined]

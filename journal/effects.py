@@ -103,6 +103,10 @@ def _complete(ctx, defn, position, effect_id, call, args_hash, result_json, atte
 
 def _resolve_in_doubt(ctx, defn: StepDef, effect: SideEffect, call: dict) -> tuple[Any] | None:
     """Return (result,) when the outcome is known to be done, None to execute again; or stop the run."""
+    from journal.operator import consume_retry_approval
+
+    if consume_retry_approval(ctx, effect):  # an operator chose "retry with the same key", once
+        return None
     if defn.on_in_doubt == "retry":
         ctx.writer.record(EventKind.EFFECT_IN_DOUBT, {"idempotency_key": effect.idempotency_key, "policy": "retry"},
                           position=effect.position, step_name=defn.name, durability="exit")

@@ -214,6 +214,10 @@ def _release(ctx: Context, reason: str) -> str:
     status = RunStatus.PENDING if ctx.run.status != RunStatus.COMPENSATING else RunStatus.COMPENSATING
     fields = {**_common_fields(ctx), "status": status}
     try:
+        if reason == "pause":  # the operator's pause takes effect now; record who asked (journal.operator)
+            from journal.operator import record_pause_taken
+
+            record_pause_taken(ctx)
         ctx.writer.record(EventKind.LOG, {"message": f"released by worker ({reason})"}, actor=ctx.worker_id,
                           extra=lambda: _fenced_update(ctx.run.id, ctx.epoch, **fields))
     except LeaseLost:

@@ -73,6 +73,8 @@ class Run(models.Model):
     wake_at = models.DateTimeField(null=True, blank=True)
     waiting_for = models.JSONField(null=True, blank=True)
     paused = models.BooleanField(default=False)
+    paused_by = models.CharField(max_length=150, blank=True)  # who paused it (recorded when a worker lets go)
+    pause_reason = models.TextField(blank=True)
     cancel_requested = models.BooleanField(default=False)
     cancel_reason = models.TextField(blank=True)
     cancelled_by = models.CharField(max_length=150, blank=True)
