@@ -78,17 +78,17 @@ def after_step(ctx, position: int, defn, commit: Callable[[Callable[[], None] | 
         commit(None)
         return
     state = ctx.agent_state
+    stored_state, state_bytes, chain = encode_state(ctx, position, state)
     manifest = dict(getattr(ctx, "sandbox_manifest", None) or {})
     contents = _unsaved_contents(ctx, manifest)
     changed = len(getattr(ctx, "sandbox_unsaved", None) or ())
 
     def write_checkpoint() -> None:
         _, written = blobs.put_many(contents)
-        meta = len(json.dumps(manifest, separators=(",", ":"))) + (
-            len(json.dumps(state, separators=(",", ":"))) if state is not None else 0)
+        meta = len(json.dumps(manifest, separators=(",", ":"))) + state_bytes
         Checkpoint.objects.create(
             run_id=ctx.run_id, position=position, step_name=getattr(defn, "name", ""),
-            decision=CheckpointDecision.TAKEN, reason=reason, manifest=manifest, state=state,
+            decision=CheckpointDecision.TAKEN, reason=reason, manifest=manifest, state=stored_state,
             bytes_written=written + meta, files_changed=changed,
         )
 
@@ -97,6 +97,92 @@ def after_step(ctx, position: int, defn, commit: Callable[[Callable[[], None] | 
     ctx.sandbox_dirty = False
     ctx.sandbox_unsaved = set()
     ctx.checkpointed_state = state
+    ctx.checkpointed_position = position
+    ctx.state_chain = chain
+
+
+# -- explicit agent state, stored as deltas ------------------------------------------------------
+# A conversation kept in ctx.set_state() grows by a message a step; storing it whole at every
+# checkpoint is the O(n^2) of snapshot-per-step checkpointers. A checkpoint stores the state whole
+# only when the deltas written since the last whole copy outweigh it (so whole copies at most
+# double in size: O(n) in total); otherwise {"__delta__": {"base": position, "append", "set", "unset"}}
+# against the previous checkpoint of the same run.
+
+DELTA_KEY = "__delta__"
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"))) if value is not None else 0
+
+
+def _delta(prev: dict, state: dict) -> dict:
+    append: dict[str, list] = {}
+    changed: dict[str, Any] = {}
+    for key, value in state.items():
+        old = prev.get(key, _MISSING)
+        if old == value:
+            continue
+        if isinstance(value, list) and isinstance(old, list) and len(value) > len(old) and value[:len(old)] == old:
+            append[key] = value[len(old):]
+        else:
+            changed[key] = value
+    return {"append": append, "set": changed, "unset": sorted(k for k in prev if k not in state)}
+
+
+_MISSING = object()
+
+
+def encode_state(ctx, position: int, state: dict | None) -> tuple[Any, int, tuple[int, int] | None]:
+    """(what to store, its size, the new (whole_bytes, delta_bytes) chain) for a checkpoint."""
+    prev = getattr(ctx, "checkpointed_state", None)
+    chain = getattr(ctx, "state_chain", None)
+    base = getattr(ctx, "checkpointed_position", None)
+    if state is None or not isinstance(state, dict) or not isinstance(prev, dict) or chain is None or base is None:
+        size = _size(state)
+        return state, size, (size, 0) if state is not None else None
+    stored = {DELTA_KEY: {"base": base, **_delta(prev, state)}}
+    size = _size(stored)
+    whole_bytes, delta_bytes = chain
+    if delta_bytes + size > whole_bytes:
+        whole = _size(state)
+        return state, whole, (whole, 0)
+    return stored, size, (whole_bytes, delta_bytes + size)
+
+
+def _apply(state: dict, delta: dict) -> dict:
+    out = dict(state)
+    for key, items in delta.get("append", {}).items():
+        out[key] = list(out.get(key, [])) + list(items)
+    out.update(delta.get("set", {}))
+    for key in delta.get("unset", []):
+        out.pop(key, None)
+    return out
+
+
+def decode_state(run_id, checkpoint: Checkpoint) -> dict | None:
+    """The full agent state of a checkpoint, following its delta chain (one query)."""
+    state = checkpoint.state
+    if not (isinstance(state, dict) and DELTA_KEY in state):
+        return state
+    chain = [state[DELTA_KEY]]
+    wanted = state[DELTA_KEY]["base"]
+    rows = (Checkpoint.objects.filter(run_id=run_id, decision=CheckpointDecision.TAKEN, position__lte=wanted)
+            .order_by("-position", "-id").values_list("position", "state").iterator())
+    base_state = None
+    for pos, st in rows:
+        if pos != wanted:
+            continue
+        if isinstance(st, dict) and DELTA_KEY in st:
+            chain.append(st[DELTA_KEY])
+            wanted = st[DELTA_KEY]["base"]
+            continue
+        base_state = st or {}
+        break
+    else:
+        raise LookupError(f"run {run_id}: the state delta chain of checkpoint {checkpoint.position} is broken")
+    for delta in reversed(chain):
+        base_state = _apply(base_state, delta)
+    return base_state
 
 
 # -- reading checkpoints back: recovery, fork and time travel ----------------------------------
@@ -106,7 +192,7 @@ def latest_checkpoint(run_id, position: int | None = None) -> Checkpoint | None:
     qs = Checkpoint.objects.filter(run_id=run_id, decision=CheckpointDecision.TAKEN)
     if position is not None:
         qs = qs.filter(position__lte=position)
-    return qs.order_by("-position", "-id").only("id", "position", "manifest", "state").first()
+    return qs.order_by("-position", "-id").only("id", "run_id", "position", "manifest", "state").first()
 
 
 def checkpoint_for(run_id, position: int | None = None) -> Checkpoint | None:
@@ -138,7 +224,7 @@ def manifest_at(run_id, position: int) -> dict[str, str]:
 def state_at_checkpoint(run_id, position: int) -> dict | None:
     """Explicit agent state (ctx.set_state) as of the latest checkpoint at or before ``position``."""
     found = checkpoint_for(run_id, position)
-    return found.state if found is not None else None
+    return decode_state(found.run_id, found) if found is not None else None
 
 
 def files_at(run_id, position: int) -> dict[str, bytes]:
@@ -177,5 +263,5 @@ def step_decisions(run_id) -> dict[int, dict[str, Any]]:
     return out
 
 
-__all__ = ["after_step", "checkpoint_for", "decide", "files_at", "latest_checkpoint", "manifest_at",
+__all__ = ["after_step", "checkpoint_for", "decide", "decode_state", "files_at", "latest_checkpoint", "manifest_at",
            "read_manifest", "state_at_checkpoint", "step_decisions"]

@@ -221,6 +221,8 @@ def prepare_sandbox(ctx) -> None:
     ctx.sandbox_unsaved = set()
     ctx.sandbox_dirty = False
     ctx.checkpointed_state = None
+    ctx.checkpointed_position = None
+    ctx.state_chain = None
     root = sandbox_root(ctx.run_id)
     if not restore_enabled():
         if root.is_dir():
@@ -237,4 +239,11 @@ def prepare_sandbox(ctx) -> None:
     manifest = dict(found.manifest) if found is not None else {}
     restore_sandbox(ctx.run_id, manifest)
     ctx.sandbox_manifest = manifest
-    ctx.checkpointed_state = found.state if found is not None else None
+    if found is not None:
+        from journal.checkpoints import decode_state
+
+        ctx.checkpointed_state = decode_state(found.run_id, found)
+        # Deltas name a base position of this run; a checkpoint inherited through fork lineage is
+        # not one, so the next checkpoint stores the state whole (state_chain None).
+        ctx.checkpointed_position = found.position if str(found.run_id) == ctx.run_id else None
+        ctx.state_chain = None
