@@ -89,6 +89,8 @@ class WorkerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "manage.py"), "runworker", "--poll", "0.05", *args],
             env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        if log_path:
+            out.close()  # the child has its own descriptor; ours would leak (ResourceWarning is an error)
 
     def kill(self) -> None:
         if self.proc.poll() is None:
