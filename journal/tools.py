@@ -129,9 +129,10 @@ def dispatch(ctx, response: dict, tools: list[Any]) -> list[dict]:
             content = {"error": f"arguments for {name} must be a JSON object, got {str(args)[:200]}"}
         else:
             try:
-                found.signature.bind(**args)
                 if set(args) & _HIDDEN:
                     raise TypeError(f"{', '.join(sorted(set(args) & _HIDDEN))} is set by the engine")
+                engine_set = {k: None for k in _HIDDEN if k in found.signature.parameters}
+                found.signature.bind(**args, **engine_set)
             except TypeError as exc:
                 content = {"error": f"bad arguments for {name}: {exc}"}
             else:
