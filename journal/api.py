@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -95,7 +96,7 @@ def start(workflow: str | Callable[..., Any], *args: Any, **kwargs: Any) -> str:
 def get_run(run_id) -> Run:
     try:
         return Run.objects.get(id=run_id)
-    except (Run.DoesNotExist, ValueError, TypeError):
+    except (Run.DoesNotExist, ValueError, TypeError, ValidationError):  # ValidationError: not a UUID
         raise RunNotFoundError(f"no run with id {run_id!r}") from None
 
 

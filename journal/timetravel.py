@@ -22,7 +22,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from journal import registry
-from journal.errors import BadArgumentsError, NondeterminismError, RunNotFoundError
+from journal.errors import BadArgumentsError, NondeterminismError
 from journal.models import (
     Checkpoint,
     CheckpointDecision,
@@ -41,10 +41,9 @@ _RECORD_FIELDS = ("seq", "kind", "position", "step_name", "payload", "actor", "c
 
 
 def _get_run(run_id) -> Run:
-    try:
-        return Run.objects.get(id=run_id)
-    except (Run.DoesNotExist, ValueError, TypeError):
-        raise RunNotFoundError(f"no run with id {run_id!r}") from None
+    from journal.api import get_run
+
+    return get_run(run_id)
 
 
 def _result_of(payload: dict) -> Any:
@@ -208,7 +207,8 @@ def fork(run_id, at_step: int, *, override: Any = None, actor: str = "", reason:
     With ``override`` the new run also records ``override`` as the result of step ``at_step`` (a
     "what-if": the workflow sees that value instead of executing the step). Effects before the
     fork point are not repeated (their ledger rows are copied, completed); effects after it run
-    under the new run's idempotency keys. The parent is not modified. Returns the new run id.
+    under the new run's idempotency keys. The sandbox and explicit state start as the parent's
+    checkpoints had them before ``at_step``. The parent is not modified. Returns the new run id.
     """
     parent = _get_run(run_id)
     if not isinstance(at_step, int) or isinstance(at_step, bool):
@@ -231,7 +231,7 @@ def fork(run_id, at_step: int, *, override: Any = None, actor: str = "", reason:
             agent=parent.agent, harness_id=parent.harness_id, version=parent.version,
             fingerprint=parent.fingerprint, input=parent.input, durability=parent.durability,
             checkpoint_policy=parent.checkpoint_policy, forked_from=parent, fork_step=at_step,
-            created_by=actor, steps=copy_upto, paused=True,  # unpaused once the sandbox is restored
+            created_by=actor, steps=copy_upto,
         )
         events = [
             SessionEvent(run=child, seq=1, kind=EventKind.RUN_STARTED, actor=actor, created_at=now, payload={
@@ -257,15 +257,11 @@ def fork(run_id, at_step: int, *, override: Any = None, actor: str = "", reason:
         SessionEvent.objects.bulk_create(events, batch_size=500)
         _copy_effects(parent.id, child, copy_upto, at_step, override_json if override is not None else None)
         _copy_checkpoints(parent.id, child, at_step)
-
-    manifest = _restore_sandbox(parent.id, child.id, at_step)
-    with transaction.atomic():
-        Run.objects.filter(id=child.id).update(paused=False)
         from journal.dispatch import notify
 
         notify(child.id)
-    log.info("run %s forked from %s at step %s by %s (files: %d)", child.id, parent.id, at_step, actor,
-             len(manifest or {}))
+
+    log.info("run %s forked from %s at step %s by %s", child.id, parent.id, at_step, actor)
     return str(child.id)
 
 
@@ -289,9 +285,11 @@ def _copy_effects(parent_id, child: Run, copy_upto: int, at_step: int, override_
 
 
 def _copy_checkpoints(parent_id, child: Run, at_step: int) -> None:
-    """Copy the parent's checkpoints before the fork point; the files at step at_step - 1 are the
-    fork's starting sandbox. An explicit empty checkpoint at position 0 stops the checkpoint
-    lineage lookup from reaching the parent's files *after* the fork point when none came before."""
+    """Copy the parent's checkpoints before the fork point (delta chains stay whole: their bases
+    come earlier). The worker that first claims the fork restores its sandbox from them before
+    replaying (journal.restore.prepare_sandbox), so the fork starts with the parent's files at
+    step at_step - 1. An explicit empty checkpoint at position 0 stops the lineage lookup from
+    reaching the parent's files *after* the fork point when nothing was checkpointed before it."""
     rows = [
         Checkpoint(run=child, position=c.position, step_name=c.step_name, decision=c.decision, reason=c.reason,
                    manifest=c.manifest, state=c.state, bytes_written=0, files_changed=c.files_changed)
@@ -301,25 +299,6 @@ def _copy_checkpoints(parent_id, child: Run, at_step: int) -> None:
         rows.append(Checkpoint(run=child, position=0, decision=CheckpointDecision.TAKEN, manifest={}, state=None,
                                reason=f"fork of {parent_id} at step {at_step}: nothing checkpointed before it"))
     Checkpoint.objects.bulk_create(rows, batch_size=500)
-
-
-def _restore_sandbox(parent_id, child_id, at_step: int) -> dict | None:
-    """Materialise the parent's files at step at_step - 1 in the fork's sandbox, when the engine has one."""
-    try:
-        from journal.restore import restore_sandbox
-    except ImportError:
-        return None
-    from journal import checkpoints
-
-    manifest_at = getattr(checkpoints, "manifest_at", None)
-    manifest = manifest_at(parent_id, at_step - 1) if (manifest_at and at_step > 1) else {}
-    try:
-        restore_sandbox(child_id, manifest)
-    except Exception as exc:
-        Run.objects.filter(id=child_id).update(status=RunStatus.FAILED, error=f"sandbox restore failed: {exc}",
-                                               error_type=type(exc).__name__, finished_at=timezone.now())
-        raise
-    return manifest
 
 
 # -- replay check ------------------------------------------------------------------------------
@@ -449,3 +428,14 @@ def replay_check(run_id) -> ReplayCheck:
     defn = registry.get_workflow(run.agent)
     recorded, markers, _last = load_journal(run.id)
     return replay_in_memory(run, defn, recorded, markers)
+
+
+def check_runs(run_ids, progress=None) -> list[ReplayCheck]:
+    """Replay-check many runs (``manage.py replay``); ``progress(done, total)`` after each."""
+    run_ids = list(run_ids)
+    report = []
+    for i, run_id in enumerate(run_ids, 1):
+        report.append(replay_check(run_id))
+        if progress:
+            progress(i, len(run_ids))
+    return report

@@ -101,3 +101,28 @@ def tick(i: int) -> int:
 @journal.workflow(name="tt-slow")
 def slow(ctx, n: int) -> int:
     return sum(tick(i) for i in range(n))
+
+
+@journal.workflow(name="tt-files")
+def files_flow(ctx) -> dict:
+    """Sandbox files around a decision: forking at the decision with an override changes what is written."""
+    ctx.sandbox.write_file("notes.txt", "start")
+    total = add(1, 2)
+    ctx.sandbox.write_file("sum.txt", str(total))
+    ctx.set_state({"total": total})
+    decision = verdict(total)
+    ctx.sandbox.write_file(f"{decision['verdict']}.txt", "yes")
+    return {"files": ctx.sandbox.list_files(), "verdict": decision["verdict"]}
+
+
+def swap_code(name: str, fn) -> None:
+    """Deploy changed code for the workflow ``name`` in this process (tests of versioning and replay).
+
+    The autouse registry fixture of tests/conftest.py puts the original back after the test.
+    """
+    import dataclasses
+
+    from journal import registry
+
+    defn = registry.get_workflow(name)
+    registry._workflows[name] = dataclasses.replace(defn, fn=fn, fingerprint=registry.code_fingerprint(fn))
