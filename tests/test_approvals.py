@@ -19,6 +19,12 @@ from tests.agents import waiting
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture(autouse=True)
+def _log_dir(tmp_path, monkeypatch):
+    """The agents' execution log goes to this test's directory (worker processes get the same one)."""
+    monkeypatch.setenv("DURABLE_TEST_DIR", str(tmp_path))
+
+
 def _suspended_approval(drive, **kwargs):
     run_id = journal.start("approve-me", **kwargs)
     drive()
@@ -28,8 +34,7 @@ def _suspended_approval(drive, **kwargs):
     return run_id, Approval.objects.get(id=run.waiting_for["approval_id"])
 
 
-def test_approval_records_the_request_and_resumes_with_who_decided(drive, tmp_path, monkeypatch):
-    monkeypatch.setenv("DURABLE_TEST_DIR", str(tmp_path))
+def test_approval_records_the_request_and_resumes_with_who_decided(drive):
     run_id, approval = _suspended_approval(drive, prompt="deploy v2?")
     assert approval.prompt == "deploy v2?" and approval.role == "operator" and approval.quorum == 1
     assert approval.context == {"diff": "<b>+1 line</b>"}

@@ -1,4 +1,4 @@
-"""The HTTP API: tokens with scopes, HMAC-signed webhooks, JSON errors with the right codes, nothing recorded on refusal."""
+"""The HTTP API: token scopes, HMAC-signed webhooks, JSON errors with the right codes, nothing recorded on refusal."""
 
 import json
 import time
@@ -16,6 +16,12 @@ from tests.agents import waiting  # noqa: F401  (registers the agents)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ALL = ["runs:start", "runs:read", "signals:send", "approvals:decide"]
+
+
+@pytest.fixture(autouse=True)
+def _log_dir(tmp_path, monkeypatch):
+    """The agents' execution log goes to this test's directory (worker processes get the same one)."""
+    monkeypatch.setenv("DURABLE_TEST_DIR", str(tmp_path))
 
 
 @pytest.fixture
@@ -136,8 +142,7 @@ def test_unknown_signal_name_is_refused_with_400(client, drive):
     assert snapshot() == before
 
 
-def test_approvals_listed_and_decided_through_the_api(client, drive, tmp_path, monkeypatch):
-    monkeypatch.setenv("DURABLE_TEST_DIR", str(tmp_path))
+def test_approvals_listed_and_decided_through_the_api(client, drive):
     secret = token()
     viewer = token(["runs:read"], name="viewer")
     run_id = journal.start("approve-me", prompt="<script>alert(1)</script>", role="finance")
