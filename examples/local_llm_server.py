@@ -10,8 +10,8 @@ It answers ``POST /v1/chat/completions`` with what a ``ScriptedClient`` responde
 JSON or, when the request asks ``"stream": true``, as server-sent events split into several
 chunks (content and tool-call arguments in pieces, usage in the last chunk), as hosted APIs do.
 ``fail_next(429, retry_after=0.1)`` makes the next request fail, to exercise retries.
-``before_answer`` is called with each body before the answer is sent (tests use it to SIGKILL
-a worker in the middle of a model call).
+``before_answer`` is called with each body before the answer is sent; returning ``False`` drops
+the request unanswered (tests use it to SIGKILL a worker in the middle of a model call).
 
 Run it by hand: ``python -m examples.local_llm_server 8765`` then
 ``DURABLE_LLM_BASE_URL=http://127.0.0.1:8765/v1 make demo``.
@@ -31,7 +31,7 @@ from journal.llm_clients import Responder, ScriptedClient
 
 class LocalModelServer:
     def __init__(self, responder: Responder | None = None, *, host: str = "127.0.0.1", port: int = 0,
-                 before_answer: Callable[[dict], None] | None = None):
+                 before_answer: Callable[[dict], bool | None] | None = None):
         self.client = ScriptedClient(responder)
         self.received: list[dict] = []  # every request body, including refused ones
         self.answered: list[dict] = []  # bodies it sent a successful answer for
@@ -110,8 +110,9 @@ class LocalModelServer:
                 except (ValueError, KeyError, TypeError) as exc:
                     self._json(400, {"error": {"message": str(exc)}})
                     return
-                if server.before_answer:
-                    server.before_answer(body)
+                if server.before_answer and server.before_answer(body) is False:
+                    self.close_connection = True  # dropped unanswered, as a crashed peer would see it
+                    return
                 if body.get("stream"):
                     self._stream(reply)
                 else:

@@ -86,13 +86,11 @@ class WorkerProcess:
     def __init__(self, env: dict, *args: str, log_path: Path | None = None):
         self.log_path = log_path
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(ROOT / "manage.py"), "runworker", "--poll", "0.05", *args],
-                env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        finally:
-            if log_path:
-                out.close()  # the child keeps its own descriptor
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "runworker", "--poll", "0.05", *args],
+            env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        if log_path:
+            out.close()  # the child has its own descriptor; ours would leak (ResourceWarning is an error)
 
     def kill(self) -> None:
         if self.proc.poll() is None:

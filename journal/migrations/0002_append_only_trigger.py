@@ -27,7 +27,7 @@ DROP FUNCTION IF EXISTS journal_sessionevent_append_only();
 
 def forwards(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(CREATE)
+        schema_editor.execute(CREATE, params=None)  # no placeholders: "%" is PL/pgSQL format
 
 
 def backwards(apps, schema_editor):
