@@ -163,7 +163,8 @@ class JournalWriter:
         span_batch: list[dict] = []
         if take_spans:
             span_batch, self._spans = self._spans, []
-        faults.inject("before_commit", position=batch[-1].position if batch else None, run_id=self.run_id)
+        last = batch[-1] if batch else None
+        faults.inject("before_commit", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
         try:
             if len(batch) == 1 and not span_batch and extra is None:
                 fenced_append(self.run_id, self.epoch, batch)  # autocommit: one statement, one commit
@@ -181,7 +182,7 @@ class JournalWriter:
             self.lost = exc
             raise
         self.writes += 1
-        faults.inject("after_commit", position=batch[-1].position if batch else None, run_id=self.run_id)
+        faults.inject("after_commit", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
 
     def _check_epoch(self) -> None:
         from journal.models import Run

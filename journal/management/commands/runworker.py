@@ -8,6 +8,8 @@ from journal.worker import EmbeddedWorker
 
 
 class Command(BaseCommand):
+    # The worker needs the engine, not the dashboard: don't let a URL or template check stop it.
+    requires_system_checks: list[str] = []
     help = "Claim and drive durable runs on this machine until stopped (SIGTERM gives runs back cleanly)."
 
     def add_arguments(self, parser):
