@@ -58,13 +58,13 @@ def code_repair(ctx: journal.Context, max_iterations: int = 6, model: str | None
         sandbox.write_file(path, text)
     edits = []
     for iteration in range(1, max_iterations + 1):
-        result = sandbox.run("python3 test_calc.py", timeout=60)
+        result = sandbox.run("python3 -B test_calc.py", timeout=60)  # -B: no stale .pyc after a same-size edit
         ctx.set_progress(iteration, max_iterations, "test runs")
         if result.exit_code == 0:
             return {"green": True, "iterations": iteration, "edits": edits, "output": result.stdout[-2000:]}
         source = sandbox.read_file("calc.py")
-        reply = ctx.model(client, [{"role": "system", "content": REPAIR},
-                                   {"role": "user", "content": f"Test output:\n{result.stdout}\n\ncalc.py:\n{source}"}],
+        prompt = f"Test output:\n{result.stdout}{result.stderr}\n\ncalc.py:\n{source}"
+        reply = ctx.model(client, [{"role": "system", "content": REPAIR}, {"role": "user", "content": prompt}],
                           prompt_version="code-repair-v1", **params)
         edit = parse_json_object(reply["content"]) or {}
         path, find, replace = edit.get("path", "calc.py"), edit.get("find", ""), edit.get("replace", "")
