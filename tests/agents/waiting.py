@@ -90,3 +90,19 @@ def parent_of_waiter(ctx) -> dict:
 @journal.workflow(name="child-bad-args")
 def child_bad_args(ctx) -> int:
     return ctx.child(square, 1, 2)  # square takes one argument: refused before anything is written
+
+
+@journal.step()
+def slow(i: int, seconds: float) -> int:
+    note(f"slow {i}")
+    import time
+
+    time.sleep(seconds)
+    return i
+
+
+@journal.workflow(name="slow-steps", signals=("go",))
+def slow_steps(ctx, n: int = 10, seconds: float = 0.3, wait_first: bool = False) -> int:
+    if wait_first:
+        ctx.wait_for_signal("go")
+    return sum(slow(i, seconds) for i in range(n))
