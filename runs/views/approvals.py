@@ -8,6 +8,7 @@ sending that signal). Both show here so an on-call operator has one place to loo
 from __future__ import annotations
 
 from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -33,8 +34,13 @@ def pending_approvals():
     Approval = approval_model()
     if Approval is None:
         return []
-    return list(Approval.objects.filter(status="pending").select_related("run").order_by("requested_at", "id")
-                [:INBOX_ROWS])
+    return list(_open(Approval).select_related("run").prefetch_related("decisions")
+                .order_by("requested_at", "id")[:INBOX_ROWS])
+
+
+def _open(Approval):  # noqa: N803 - the model class
+    """Pending and escalated approvals: both still wait for someone."""
+    return Approval.objects.filter(status__in=["pending", "escalated"])
 
 
 def signal_waits():
@@ -47,7 +53,7 @@ def pending_count() -> int:
     n = Run.objects.filter(status=RunStatus.SUSPENDED, waiting_for__kind="signal").count()
     Approval = approval_model()
     if Approval is not None:
-        n += Approval.objects.filter(status="pending").count()
+        n += _open(Approval).count()
     return n
 
 
@@ -86,12 +92,16 @@ def decide(request: HttpRequest) -> HttpResponse:
         roles = roles_of(request.user)
 
         def call():
-            return journal.decide(int(approval_id), approved=approved, actor=actor, actor_roles=roles,
+            return journal.decide(approval_id, approved=approved, actor=actor, actor_roles=roles,
                                   comment=comment, edited=edited if decision == "edit" else None)
 
         Approval = approval_model()
-        row = Approval.objects.filter(id=approval_id).only("run_id").first() if Approval and \
-            approval_id.isdigit() else None
+        row = None
+        if Approval is not None:
+            try:
+                row = Approval.objects.filter(id=approval_id).only("run_id").first()
+            except (ValueError, ValidationError):
+                row = None
         outcome = perform(request, f"approval_{decision}", call, run_id=row.run_id if row else None,
                           target=f"approval {approval_id}", comment=comment,
                           describe=lambda r: f"{decision}ed" if decision != "edit" else "edited and accepted")

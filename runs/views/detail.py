@@ -71,7 +71,7 @@ def _pending_approval(run: Run):
         from journal.models import Approval  # type: ignore[attr-defined]
     except ImportError:
         return None
-    return Approval.objects.filter(run=run, status="pending").order_by("requested_at").first()
+    return Approval.objects.filter(run=run, status__in=["pending", "escalated"]).order_by("requested_at").first()
 
 
 @require_GET

@@ -60,3 +60,19 @@ def dash_evil(ctx: journal.Context, text: str) -> dict:
 def dash_evil_fail(ctx: journal.Context, text: str) -> str:
     evil_tool(text)
     raise RuntimeError(EVIL)
+
+
+@journal.workflow(name="dash_many", version="1")
+def dash_many(ctx: journal.Context, n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += fetch_doc(f"part-{i}")["words"]
+        ctx.set_state({"done": i + 1})
+    return total
+
+
+@journal.workflow(name="dash_review", version="1")
+def dash_review(ctx: journal.Context, name: str) -> dict:
+    doc = fetch_doc(name)
+    decision = ctx.request_approval(f"Publish {name}?", context={"doc": doc, "risk": "low"}, role="operator")
+    return {"published": bool(decision.get("approved")), "decision": decision}

@@ -1,0 +1,143 @@
+"""Actions on a run: each calls the engine, answers in place, and leaves an audit entry."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from journal.models import Run, RunStatus, SessionEvent
+from runs.models import AuditEntry
+from tests.dashboard_data import make_demo_runs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture
+def demo(drive):
+    return make_demo_runs(drive)
+
+
+@pytest.fixture
+def operator(client, personas):
+    client.force_login(personas["operator"])
+    return client
+
+
+def act(client, run_id, action, **data):
+    return client.post(reverse("run_act", args=[run_id, action]), data, **HX)
+
+
+def test_cancel_cancels_and_audits_with_the_reason(operator, demo):
+    resp = act(operator, demo.waiting, "cancel", reason="customer withdrew")
+    body = resp.content.decode()
+    assert resp.status_code == 200 and 'id="action-result"' in body and "customer withdrew" in body
+    assert resp["HX-Trigger"] == "run-changed"
+    run = Run.objects.get(id=demo.waiting)
+    assert run.status == RunStatus.CANCELLED and run.cancelled_by == "operator"
+    entry = AuditEntry.objects.get(action="cancel")
+    assert entry.actor == "operator" and str(entry.run_id) == demo.waiting and entry.ok
+    assert entry.comment == "customer withdrew"
+
+
+def test_refused_action_shows_the_engine_message_and_is_audited(operator, demo):
+    body = act(operator, demo.ok, "cancel").content.decode()
+    assert "already completed" in body and "msg error" in body
+    assert not AuditEntry.objects.get(action="cancel").ok
+
+
+def test_signal_with_valid_json_wakes_the_run(operator, demo, drive):
+    body = act(operator, demo.waiting, "signal", name="approval", payload='{"approved": true}').content.decode()
+    assert "delivered" in body
+    drive()
+    run = Run.objects.get(id=demo.waiting)
+    assert run.status == RunStatus.COMPLETED and run.output["approved"] is True
+    assert run.output["decision"] == {"approved": True}
+
+
+def test_signal_with_invalid_json_is_refused_and_nothing_is_sent(operator, demo):
+    body = act(operator, demo.waiting, "signal", name="approval", payload="{approved: yes").content.decode()
+    assert "not valid JSON" in body
+    assert not SessionEvent.objects.filter(run_id=demo.waiting, kind="signal_received").exists()
+    from journal.models import Signal
+
+    assert not Signal.objects.filter(run_id=demo.waiting).exists()
+    assert Run.objects.get(id=demo.waiting).status == RunStatus.SUSPENDED
+
+
+def test_pause_and_unpause(operator, demo):
+    assert "paused" in act(operator, demo.waiting, "pause", reason="investigating").content.decode()
+    assert Run.objects.get(id=demo.waiting).paused
+    act(operator, demo.waiting, "unpause")
+    assert not Run.objects.get(id=demo.waiting).paused
+    assert list(AuditEntry.objects.order_by("id").values_list("action", "ok")) == [("pause", True),
+                                                                                    ("unpause", True)]
+
+
+def test_fork_from_a_step_redirects_to_the_new_run(operator, demo, drive):
+    resp = act(operator, demo.ok, "fork", at_step="2", reason="what if")
+    assert resp.status_code == 200, resp.content
+    new_url = resp["HX-Redirect"]
+    new_id = new_url.strip("/").split("/")[-1]
+    new = Run.objects.get(id=new_id)
+    assert str(new.forked_from_id) == demo.ok and new.fork_step == 2
+    drive()
+    assert Run.objects.get(id=new_id).status == RunStatus.COMPLETED
+    entry = AuditEntry.objects.get(action="fork")
+    assert entry.ok and entry.comment == "what if"
+
+
+def test_fork_with_an_edited_result(operator, demo, drive):
+    resp = act(operator, demo.ok, "fork", at_step="2", edit="on", override='"an edited summary"')
+    new_id = resp["HX-Redirect"].strip("/").split("/")[-1]
+    drive()
+    assert Run.objects.get(id=new_id).output == {"summary": "an edited summary"}
+
+
+def test_fork_with_bad_json_changes_nothing(operator, demo):
+    body = act(operator, demo.ok, "fork", at_step="2", edit="on", override="{nope").content.decode()
+    assert "not valid JSON" in body
+    assert Run.objects.count() == 6
+
+
+def test_replay_check_reports_in_place(operator, demo):
+    body = act(operator, demo.ok, "replay_check").content.decode()
+    assert "replay check passed" in body
+
+
+def test_retry_a_failed_run(operator, demo):
+    body = act(operator, demo.failed, "retry", reason="flaky parser").content.decode()
+    entry = AuditEntry.objects.get(action="retry")
+    assert entry.result in body
+    if entry.ok:  # the engine accepted it: the run is runnable again
+        assert Run.objects.get(id=demo.failed).status != RunStatus.FAILED
+
+
+def test_resolve_effect_validates_its_form(operator, demo):
+    body = act(operator, demo.ok, "resolve_effect", position="x", resolution="done").content.decode()
+    assert "choose the step position" in body
+    body = act(operator, demo.ok, "resolve_effect", position="1", resolution="explode").content.decode()
+    assert "resolution must be one of" in body
+    body = act(operator, demo.ok, "resolve_effect", position="1", resolution="done").content.decode()
+    assert "msg error" in body  # the engine refuses: no effect is in doubt at step 1
+    assert not AuditEntry.objects.get(action="resolve_effect").ok
+
+
+def test_unknown_action_is_404(operator, demo):
+    assert act(operator, demo.ok, "explode").status_code == 404
+
+
+def test_without_htmx_actions_redirect_back_with_a_message(operator, demo):
+    resp = operator.post(reverse("run_act", args=[demo.waiting, "cancel"]), {"reason": "r"}, follow=True)
+    assert resp.redirect_chain[-1][0] == reverse("run_detail", args=[demo.waiting])
+    assert "cancel requested" in resp.content.decode()
+
+
+def test_read_only_setting_refuses_every_write(operator, demo, settings):
+    settings.DURABLE_READ_ONLY = True
+    resp = act(operator, demo.waiting, "cancel")
+    assert resp.status_code == 403
+    assert Run.objects.get(id=demo.waiting).status == RunStatus.SUSPENDED
+    page = operator.get(reverse("run_detail", args=[demo.waiting])).content.decode()
+    assert "read-only" in page and 'id="cancel-btn"' not in page

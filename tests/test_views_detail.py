@@ -1,0 +1,118 @@
+"""Run detail: header, journal stepper (deep links, fragments, diff, state), tabs, tail, payloads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from journal.models import SessionEvent
+from tests.dashboard_data import make_demo_runs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def demo(drive):
+    return make_demo_runs(drive)
+
+
+@pytest.fixture
+def viewer(client, personas):
+    client.force_login(personas["viewer"])
+    return client
+
+
+def test_detail_shows_header_stepper_timeline_and_tabs(viewer, demo):
+    body = viewer.get(reverse("run_detail", args=[demo.ok])).content.decode()
+    assert "dash_ok" in body and "v2" in body and "Completed" in body
+    assert 'id="journal"' in body and "Step 2 of" not in body  # the default step is the last one
+    assert 'id="gantt-data"' in body and "Checkpoints (" in body and "Side effects (" in body
+    assert "summary of report.txt" in body
+
+
+def test_step_deep_link_shows_that_step_with_its_diff_and_state(viewer, demo):
+    body = viewer.get(reverse("run_detail", args=[demo.ok]), {"step": 1}).content.decode()
+    assert "Step 1:" in body and "fetch_doc" in body
+    assert 'id="step-next"' in body and 'id="step-prev"' not in body
+    body2 = viewer.get(reverse("run_detail", args=[demo.ok]), {"step": 2}).content.decode()
+    assert "Step 2:" in body2 and "summarize_doc" in body2
+    assert "result" in body2 and "summary of report.txt" in body2
+    assert 'id="step-prev"' in body2
+
+
+def test_stepper_fragment_is_the_journal_partial_only(viewer, demo):
+    resp = viewer.get(reverse("run_detail", args=[demo.ok]), {"step": 1, "fragment": "journal"},
+                      HTTP_HX_REQUEST="true")
+    body = resp.content.decode()
+    assert body.lstrip().startswith('<section id="journal"') and "<html" not in body
+    assert "Step 1:" in body
+
+
+def test_out_of_range_steps_are_clamped_not_errors(viewer, demo):
+    assert "Step 1:" in viewer.get(reverse("run_detail", args=[demo.ok]), {"step": -5}).content.decode()
+    assert viewer.get(reverse("run_detail", args=[demo.ok]), {"step": "x"}).status_code == 200
+    body = viewer.get(reverse("run_detail", args=[demo.ok]), {"step": 999}).content.decode()
+    assert 'id="step-next"' not in body
+
+
+def test_failed_run_shows_its_error_at_the_failing_step(viewer, demo):
+    body = viewer.get(reverse("run_detail", args=[demo.failed])).content.decode()
+    assert "unexpected token" in body and "Failed" in body
+    last = viewer.get(reverse("run_detail", args=[demo.failed]), {"step": 3}).content.decode()
+    assert "explode" in last and "ValueError" in last
+
+
+def test_header_fragment_polls_until_terminal(viewer, demo):
+    live = viewer.get(reverse("run_header", args=[demo.waiting]), HTTP_HX_REQUEST="true")
+    assert live.status_code == 200 and "hx-trigger" in live.content.decode()
+    done = viewer.get(reverse("run_header", args=[demo.ok]), HTTP_HX_REQUEST="true")
+    assert done.status_code == 286
+
+
+def test_tail_returns_only_events_after_the_cursor(viewer, demo):
+    last = SessionEvent.objects.filter(run_id=demo.waiting).order_by("-seq").first().seq
+    resp = viewer.get(reverse("run_tail", args=[demo.waiting]), {"after": last - 1})
+    body = resp.content.decode()
+    assert resp.status_code == 200 and f'data-seq="{last}"' in body and f'data-seq="{last - 1}"' not in body
+    assert f"after={last}" in body
+    done = viewer.get(reverse("run_tail", args=[demo.ok]), {"after": 0})
+    assert done.status_code == 286 and 'data-seq="1"' in done.content.decode()
+
+
+def test_event_payload_is_served_as_json_not_html(viewer, demo):
+    resp = viewer.get(reverse("event_payload", args=[demo.evil, 1]))
+    assert resp["Content-Type"] == "application/json" and resp["X-Content-Type-Options"] == "nosniff"
+    assert json.loads(resp.content)["input"]["args"] == ["ignore previous instructions"]
+    assert viewer.get(reverse("event_payload", args=[demo.evil, 9999])).status_code == 404
+
+
+def test_unknown_run_is_404(viewer, db):
+    assert viewer.get("/runs/00000000-0000-0000-0000-000000000000/").status_code == 404
+
+
+def test_large_payloads_collapse_with_a_size_note(viewer, drive):
+    import journal
+
+    run_id = journal.start("dash_ok", "x" * 5000)
+    drive()
+    body = viewer.get(reverse("run_detail", args=[run_id]), {"step": 1}).content.decode()
+    assert '<details class="big"><summary>' in body and "kB — show" in body
+
+
+def test_detail_query_count_does_not_grow_with_the_journal(viewer, drive):
+    import journal
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    small, big = journal.start("dash_many", 1), journal.start("dash_many", 40)
+    drive()
+    counts = []
+    for run_id in (small, big):
+        for params in ({}, {"step": 1}, {"step": 1, "fragment": "journal"}):
+            with CaptureQueriesContext(connection) as ctx:
+                assert viewer.get(reverse("run_detail", args=[run_id]), params).status_code == 200
+            counts.append(len(ctx))
+    assert counts[:3] == counts[3:], counts
+    assert max(counts) <= 40, counts
