@@ -15,26 +15,26 @@ from tests.dashboard_data import make_demo_runs
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ROLES = ("anonymous", "viewer", "operator", "admin")
-V, O, A = {"viewer", "operator", "admin"}, {"operator", "admin"}, {"admin"}
+VIEWERS, OPERATORS, ADMINS = {"viewer", "operator", "admin"}, {"operator", "admin"}, {"admin"}
 
 # name -> (method, who may, status when allowed); the arguments are filled in by `target`.
 TABLE = {
-    "run_list": ("get", V, 200),
-    "run_list_live": ("get", V, 200),
-    "run_detail": ("get", V, 200),
-    "run_header": ("get", V, 200),
-    "run_tail": ("get", V, 200),
-    "event_payload": ("get", V, 200),
-    "approvals": ("get", V, 200),
-    "workers": ("get", V, 200),
-    "overview": ("get", V, 200),
-    "audit": ("get", O, 200),
-    "roles": ("get", A, 200),
-    "run_bulk": ("post", O, 302),
-    "run_act": ("post", O, 200),
-    "approval_decide": ("post", O, 200),
-    "agent_act": ("post", O, 302),
-    "set_role": ("post", A, 302),
+    "run_list": ("get", VIEWERS, 200),
+    "run_list_live": ("get", VIEWERS, 200),
+    "run_detail": ("get", VIEWERS, 200),
+    "run_header": ("get", VIEWERS, 200),
+    "run_tail": ("get", VIEWERS, 200),
+    "event_payload": ("get", VIEWERS, 200),
+    "approvals": ("get", VIEWERS, 200),
+    "workers": ("get", VIEWERS, 200),
+    "overview": ("get", VIEWERS, 200),
+    "audit": ("get", OPERATORS, 200),
+    "roles": ("get", ADMINS, 200),
+    "run_bulk": ("post", OPERATORS, 302),
+    "run_act": ("post", OPERATORS, 200),
+    "approval_decide": ("post", OPERATORS, 200),
+    "agent_act": ("post", OPERATORS, 302),
+    "set_role": ("post", ADMINS, 302),
 }
 PUBLIC = {"login", "logout"}
 

@@ -88,9 +88,10 @@ def test_empty_inbox_says_what_to_do(client, personas, db):
 
 
 def test_inbox_query_count_does_not_grow_with_rows(client, personas, drive, django_assert_max_num_queries):
-    import journal
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
+
+    import journal
 
     c = login(client, personas, "operator")
     counts = []

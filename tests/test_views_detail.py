@@ -102,9 +102,10 @@ def test_large_payloads_collapse_with_a_size_note(viewer, drive):
 
 
 def test_detail_query_count_does_not_grow_with_the_journal(viewer, drive):
-    import journal
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
+
+    import journal
 
     small, big = journal.start("dash_many", 1), journal.start("dash_many", 40)
     drive()

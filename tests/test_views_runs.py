@@ -128,9 +128,10 @@ def test_bulk_refuses_unknown_actions_and_unsafe_redirects(client, personas, dem
 
 
 def test_list_query_count_does_not_grow_with_rows(client, personas, drive, django_assert_max_num_queries):
-    import journal
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
+
+    import journal
 
     _login(client, personas, "operator")
     counts = []

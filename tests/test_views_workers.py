@@ -52,9 +52,10 @@ def test_pause_agent_from_the_workers_page_is_audited(client, personas, demo):
 
 
 def test_workers_page_query_count_is_flat(client, personas, drive):
-    import journal
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
+
+    import journal
 
     c = login(client, personas)
     counts = []
