@@ -122,8 +122,8 @@ def _parse_review(contract_id: str, content: str) -> dict:
 @journal.workflow(name="contract_review", version="1", description="Review a portfolio of contracts: executor "
                   "drafts, critic approves, people sign off on high risk; checkpoint per contract")
 def contract_review(ctx: journal.Context, size: int = 500, seed: int = 7, high_risk: int = 10, max_rounds: int = 2,
-                    corrupt: list[int] | None = None, model: str | None = None) -> dict:
-    client = client_for(responder)
+                    corrupt: list[int] | None = None, model: str | None = None, pace: float = 0.0) -> dict:
+    client = client_for(responder, pace=pace)
     params: dict[str, Any] = {"temperature": 0}
     if model:
         params["model"] = model

@@ -15,8 +15,13 @@ from typing import Any
 from journal.llm_clients import ChatClient, Responder, default_client
 
 
-def client_for(responder: Responder, model: str = "scripted-small") -> ChatClient:
-    return default_client(responder, model=model)
+def client_for(responder: Responder, model: str = "scripted-small", *, pace: float = 0.0) -> ChatClient:
+    """The configured model, or the offline one; ``pace`` slows the offline one (seconds per call) so a
+    demo run stays visibly *running* for a while."""
+    client = default_client(responder, model=model)
+    if pace and hasattr(client, "latency"):
+        client.latency = pace
+    return client
 
 
 def system_tag(messages: list[dict]) -> str:
