@@ -20,6 +20,8 @@ def autodiscover() -> list[str]:
         try:
             importlib.import_module(name)
         except ImportError as exc:
-            raise ImproperlyConfigured(f"DURABLE_AGENT_MODULES names {name!r}, which cannot be imported: {exc}") from exc
+            raise ImproperlyConfigured(
+                f"DURABLE_AGENT_MODULES names {name!r}, which cannot be imported: {exc}"
+            ) from exc
         loaded.append(name)
     return loaded

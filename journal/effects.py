@@ -64,8 +64,10 @@ def run_effect(ctx, defn: StepDef, position: int, call: dict, args_hash: str) ->
     try:
         result_json, attempt, started, ms = call_with_retries(ctx, defn, position, call, extra_kwargs)
     except StepError as exc:
+        message = str(exc)[:4000]
+
         def failed() -> None:
-            SideEffect.objects.filter(id=effect_id).update(status=EffectStatus.FAILED, error=str(exc)[:4000])
+            SideEffect.objects.filter(id=effect_id).update(status=EffectStatus.FAILED, error=message)
 
         ctx.writer.record(EventKind.STEP_COMPLETED, {
             "error": {"type": exc.error_type, "message": exc.message}, "attempt": exc.attempts,

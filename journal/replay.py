@@ -46,7 +46,9 @@ def recorded_result(record: dict) -> Any:
     payload = record["payload"]
     if "error" in payload:
         err = payload["error"]
-        raise StepError(record["step_name"], err.get("type", "Error"), err.get("message", ""), payload.get("attempt", 1))
+        raise StepError(
+            record["step_name"], err.get("type", "Error"), err.get("message", ""), payload.get("attempt", 1)
+        )
     if "result_ref" in payload:
         from journal.blobs import load_json
 

@@ -50,7 +50,9 @@ class RunQuerySet(models.QuerySet):
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.CharField(max_length=200, db_index=True)
-    harness = models.ForeignKey("journal.Harness", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")
+    harness = models.ForeignKey(
+        "journal.Harness", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
     version = models.CharField(max_length=64, blank=True)
     fingerprint = models.CharField(max_length=64, blank=True)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)

@@ -30,9 +30,16 @@ def _maybe_die(i: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _log_run(line: str) -> None:
+    path = Path(os.environ.get("DURABLE_TEST_DIR", "/tmp")) / "by-run.log"
+    with open(path, "a") as fh:
+        fh.write(f"{journal.current().run_id} {line}\n")
+
+
 @journal.step()
 def work(i: int) -> int:
     _log(f"step {i}")
+    _log_run(f"step {i}")
     _maybe_die(i)
     time.sleep(float(os.environ.get("CRASHY_STEP_SLEEP", "0.01")))
     return i * i
@@ -79,3 +86,20 @@ def retry_effect(ctx) -> dict:
 def executions(test_dir) -> list[str]:
     path = Path(test_dir) / "executions.log"
     return path.read_text().splitlines() if path.exists() else []
+
+
+def executions_by_run(test_dir) -> list[str]:
+    path = Path(test_dir) / "by-run.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@journal.step(durability="exit")
+def cheap(i: int) -> int:
+    """A cheap read-only step: its record may ride along with the next durable write."""
+    _log(f"cheap {i}")
+    return i
+
+
+@journal.workflow(name="mixed")
+def mixed(ctx) -> int:
+    return cheap(1) + cheap(2) + work(3) + work(4)
