@@ -15,6 +15,7 @@ from journal.approvals import (
 )
 from journal.models import Approval, ApprovalDecision, ApprovalStatus, EventKind, RunStatus, SessionEvent
 from tests.agents import waiting
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -157,3 +158,96 @@ def test_bad_approval_requests_fail_the_run_with_a_clear_error(drive):
     run = journal.get_run(run_id)
     assert run.status == RunStatus.FAILED and "on_expiry" in run.error
     assert not Approval.objects.exists()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class WebProcess:
+    """A real `manage.py runserver` process serving the HTTP API (killed like the workers)."""
+
+    def __init__(self, env: dict, log_path):
+        import subprocess
+        import sys
+
+        from tests.conftest import ROOT
+
+        self.port = _free_port()
+        with open(log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(ROOT / "manage.py"), "runserver", f"127.0.0.1:{self.port}", "--noreload",
+                 "--skip-checks"], env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        self.log_path = log_path
+        wait_for(self._up, timeout=60, message="the web server to listen")
+
+    def _up(self) -> bool:
+        import socket
+
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def call(self, method: str, path: str, secret: str, body=None) -> tuple[int, object]:
+        import json
+        import urllib.error
+        import urllib.request
+
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
+                                     headers={"Authorization": f"Bearer {secret}",
+                                              "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, json.loads(exc.read())
+
+    def kill(self) -> None:
+        import signal
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+
+def test_a_run_waiting_for_approval_survives_killing_every_process_then_api_approval_resumes_it(
+        tmp_path, worker_env, spawn_worker):
+    from runs.models import ApiToken
+
+    _, secret = ApiToken.issue("release-bot", ["runs:read", "approvals:decide"], roles=["operator"])
+    env = worker_env("tests.agents.waiting")
+    web = WebProcess(env, tmp_path / "web-0.log")
+    worker = spawn_worker(env)
+    run_id = journal.start("approve-me", prompt="release 2.0?", timeout=3600)
+    wait_for(lambda: journal.get_run(run_id).status == RunStatus.SUSPENDED, timeout=60, message="the approval wait")
+    status, listed = web.call("GET", "/api/approvals", secret)
+    assert status == 200 and [a["run_id"] for a in listed] == [run_id]
+
+    worker.kill()  # every process dies: the worker and the web server
+    web.kill()
+    assert journal.get_run(run_id).status == RunStatus.SUSPENDED
+
+    worker = spawn_worker(env)  # everything restarts
+    web = WebProcess(env, tmp_path / "web-1.log")
+    try:
+        status, listed = web.call("GET", "/api/approvals", secret)
+        assert status == 200 and listed[0]["prompt"] == "release 2.0?"
+        status, body = web.call("POST", f"/api/approvals/{listed[0]['approval_id']}/decision", secret,
+                                {"approved": True, "comment": "go"})
+        assert status == 200 and body["status"] == "approved", body
+        run = journal.wait(run_id, timeout=60)
+    finally:
+        web.kill()
+    assert worker.terminate() == 0, worker.log()
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert run.output["decided_by"] == ["token:release-bot"] and run.output["comment"] == "go"
+    assert waiting.lines() == [f"decided {run_id} approved"]
+    assert SessionEvent.objects.filter(run_id=run_id, kind=EventKind.APPROVAL_REQUESTED).count() == 1
