@@ -26,6 +26,7 @@ from journal.dispatch import notify
 from journal.errors import DurableError, RunNotFoundError, Suspend, WaitTimeout
 from journal.models import (
     OPEN_APPROVAL_STATUSES,
+    TERMINAL_STATUSES,
     Approval,
     ApprovalDecision,
     ApprovalStatus,
@@ -221,6 +222,10 @@ def decide(approval_id, *, approved: bool, actor: str, actor_roles: set[str] | N
             approval = _lock(approval_id)
             if not approval.is_open:
                 raise ApprovalClosedError(f"approval {approval.id} is already {approval.status}")
+            run_status = Run.objects.filter(id=approval.run_id).values_list("status", flat=True).first()
+            if run_status in TERMINAL_STATUSES:
+                raise ApprovalClosedError(f"run {approval.run_id} is {run_status}; its approval can no longer "
+                                          "be decided")
             if approval.expires_at is not None and now >= approval.expires_at:
                 raise ApprovalClosedError(f"approval {approval.id} expired at {approval.expires_at.isoformat()}")
             if actor_roles is not None and approval.role not in actor_roles and ALWAYS_ALLOWED_ROLE not in actor_roles:
@@ -255,8 +260,9 @@ def after_suspend(ctx, waiting_for: dict, final: list) -> None:
 
 
 def pending_approvals() -> QuerySet:
-    """Open approvals, oldest first: the inbox."""
-    return Approval.objects.open().select_related("run").order_by("requested_at", "id")
+    """Open approvals of runs that can still use them, oldest first: the inbox."""
+    return (Approval.objects.open().exclude(run__status__in=TERMINAL_STATUSES).select_related("run")
+            .order_by("requested_at", "id"))
 
 
 def get_approval(approval_id) -> Approval:

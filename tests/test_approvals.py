@@ -251,3 +251,12 @@ def test_a_run_waiting_for_approval_survives_killing_every_process_then_api_appr
     assert run.output["decided_by"] == ["token:release-bot"] and run.output["comment"] == "go"
     assert waiting.lines() == [f"decided {run_id} approved"]
     assert SessionEvent.objects.filter(run_id=run_id, kind=EventKind.APPROVAL_REQUESTED).count() == 1
+
+
+def test_approvals_of_a_cancelled_run_leave_the_inbox_and_cannot_be_decided(drive):
+    run_id, approval = _suspended_approval(drive)
+    journal.cancel(run_id, reason="obsolete", actor="ops")
+    assert not pending_approvals().exists()
+    with pytest.raises(ApprovalClosedError, match="cancelled"):
+        journal.decide(approval.id, approved=True, actor="alice")
+    assert not ApprovalDecision.objects.exists()

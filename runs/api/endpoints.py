@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from uuid import UUID
 
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 from ninja import NinjaAPI
 
 try:
@@ -38,7 +40,7 @@ from journal.errors import (
     UnknownAgentError,
 )
 from journal.models import Approval, Run
-from runs.api.auth import ApiError, TokenAuth, require_scope, verify_webhook
+from runs.api.auth import TOLERANCE_SECONDS, ApiError, TokenAuth, require_scope, verify_webhook
 from runs.api.schemas import (
     ApprovalOut,
     DecisionIn,
@@ -184,5 +186,7 @@ def webhook_signal(request: HttpRequest, endpoint: str):
             result = _signal(body.run_id, body, hook.actor)
     except IntegrityError:
         raise ApiError(409, "this delivery was already received (replay refused)", "replayed") from None
+    # Deliveries older than the timestamp window are refused as expired anyway: forget them.
+    WebhookDelivery.objects.filter(received_at__lt=timezone.now() - timedelta(seconds=2 * TOLERANCE_SECONDS)).delete()
     return Status(202, result)
 
