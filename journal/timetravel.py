@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -107,12 +108,14 @@ class StepState:
 
 
 def _record_at(run_id, position: int) -> dict | None:
-    row = (
-        SessionEvent.objects.filter(run_id=run_id, position=position, kind=EventKind.STEP_COMPLETED)
-        .order_by("-seq").values(*_RECORD_FIELDS).first()
-    )
-    if row is None:
+    # No ORDER BY (not even the model's default, which joins the run): sorting tempts the planner into
+    # the (run, seq) index and a scan of the run; the rows at one position are few (a failure and its
+    # retry), so the latest is picked here.
+    rows = list(SessionEvent.objects.filter(run_id=run_id, position=position, kind=EventKind.STEP_COMPLETED)
+                .order_by().values(*_RECORD_FIELDS))
+    if not rows:
         return None
+    row = max(rows, key=lambda r: r["seq"])
     payload = row["payload"]
     return {
         "seq": row["seq"], "kind": payload.get("kind", "step"), "event_kind": row["kind"],
@@ -124,20 +127,19 @@ def _record_at(run_id, position: int) -> dict | None:
     }
 
 
-def _checkpoints(run_id, position: int) -> tuple[Any, Any]:
-    """(state, manifest) at ``position`` from the latest taken checkpoint at or before it."""
-    try:
-        from journal import checkpoints
+def _checkpoints(run_id, position: int, cache: dict) -> tuple[Any, dict]:
+    """(state, manifest) at ``position``: the latest taken checkpoint at or before it (following
+    fork lineage). ``cache`` lets N and N-1 share the decoding when the same checkpoint serves both."""
+    if position <= 0:
+        return None, {}
+    from journal.checkpoints import checkpoint_for, decode_state
 
-        manifest = checkpoints.manifest_at(run_id, position) if position > 0 else {}
-        state = checkpoints.state_at_checkpoint(run_id, position) if position > 0 else None
-        return state, manifest
-    except AttributeError:  # an engine without sandbox checkpoints: read the rows directly
-        row = (
-            Checkpoint.objects.filter(run_id=run_id, decision=CheckpointDecision.TAKEN, position__lte=position)
-            .order_by("-position", "-id").values("state", "manifest").first()
-        )
-        return (row["state"], row["manifest"] or {}) if row else (None, {})
+    found = checkpoint_for(run_id, position)
+    if found is None:
+        return None, {}
+    if found.pk not in cache:
+        cache[found.pk] = (decode_state(found.run_id, found), dict(found.manifest or {}))
+    return cache[found.pk]
 
 
 def _dict_diff(before: dict | None, after: dict | None) -> dict:
@@ -160,10 +162,22 @@ def _files_diff(before: dict, after: dict) -> dict:
     }
 
 
-def _span_at(run_id, position: int) -> dict | None:
+def _span_at(run_id, position: int, record: dict) -> dict | None:
+    """The step's span, found through the (run, started_at) index: a step's record carries the
+    exact start time of its span; others are looked for in the minutes before the record."""
+    qs = TraceSpan.objects.filter(run_id=run_id, position=position)
+    started = record.get("started_at")
+    recorded = record.get("recorded_at")
+    if started:
+        from django.utils.dateparse import parse_datetime
+
+        qs = qs.filter(started_at=parse_datetime(started))
+    elif recorded is not None:
+        qs = qs.filter(started_at__gte=recorded - timedelta(minutes=5), started_at__lte=recorded + timedelta(seconds=1))
+    else:
+        return None
     return (
-        TraceSpan.objects.filter(run_id=run_id, position=position)
-        .order_by("-started_at", "-id")
+        qs.order_by("-started_at", "-id")
         .values("span_id", "name", "kind", "status", "error", "attempt", "started_at", "ended_at", "duration_ms",
                 "model", "tokens_in", "tokens_out", "cost", "attributes")
         .first()
@@ -183,12 +197,13 @@ def state_at(run_id, position: int) -> StepState:
             if total else f"run {run_id} has no recorded steps yet")
     record = _record_at(run_id, position) or {"position": position, "kind": "missing", "step_name": "",
                                                "result": None, "error": None, "payload": {}}
-    state, files = _checkpoints(run_id, position)
-    prev_state, prev_files = _checkpoints(run_id, position - 1)
+    cache: dict = {}
+    state, files = _checkpoints(run_id, position, cache)
+    prev_state, prev_files = _checkpoints(run_id, position - 1, cache)
     result_diff = {"added": {position: record.get("error") and {"error": record["error"]} or record.get("result")}}
     diff = {"results": result_diff, "state": _dict_diff(prev_state, state), "files": _files_diff(prev_files, files)}
     return StepState(position=position, total=total, record=record, results=LazyResults(run_id, position),
-                     state=state, files=files, diff=diff, span=_span_at(run_id, position))
+                     state=state, files=files, diff=diff, span=_span_at(run_id, position, record))
 
 
 # -- fork --------------------------------------------------------------------------------------
