@@ -131,3 +131,27 @@ def test_compensate_refuses_a_run_with_nothing_to_undo(drive):
     with pytest.raises(journal.RunStateError, match="nothing to undo"):
         journal.compensate(run_id, actor="alice")
     assert journal.get_run(run_id).status == RunStatus.FAILED
+
+
+def test_a_running_run_cancelled_at_a_step_boundary_is_compensated_when_its_workflow_asks():
+    import threading
+
+    from journal.worker import EmbeddedWorker
+
+    run_id = journal.start("saga-long", ["a", "b"])
+    worker = EmbeddedWorker(concurrency=1, poll_interval=0.02, ttl=1)
+    thread = threading.Thread(target=worker.run, kwargs={"max_seconds": 60}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(saga.lines("booked.log")) == 2, message="both bookings")
+        journal.cancel(run_id, reason="trip called off", actor="ops")
+        wait_for(lambda: journal.get_run(run_id).status == RunStatus.COMPENSATED, timeout=30,
+                 message="cancel then compensation")
+    finally:
+        worker.request_stop()
+        thread.join(timeout=30)
+    run = journal.get_run(run_id)
+    assert "trip called off" in run.error
+    assert undone_items() == ["b", "a"]
+    kinds = list(SessionEvent.objects.filter(run_id=run_id).order_by("seq").values_list("kind", flat=True))
+    assert kinds.index(EventKind.RUN_CANCELLED) < kinds.index(EventKind.COMPENSATION_STARTED)

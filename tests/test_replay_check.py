@@ -193,3 +193,18 @@ def test_replay_command_in_a_real_process(drive, worker_env):
     assert diverged.returncode == 1, diverged.stdout + diverged.stderr
     assert f"FAIL {bad}: step 3" in diverged.stdout
     assert SessionEvent.objects.filter(run_id=bad, kind=EventKind.NONDETERMINISM).count() == 0
+
+
+def test_a_run_that_used_the_sandbox_replays_without_touching_files(drive, settings, tmp_path):
+    settings.DURABLE_SANDBOX_ROOT = str(tmp_path / "sandboxes")
+    run_id = journal.start("tt-files")
+    drive()
+    assert journal.get_run(run_id).status == RunStatus.COMPLETED
+    from journal.restore import sandbox_root
+
+    root = sandbox_root(run_id)
+    before = sorted((p.name, p.read_text()) for p in root.iterdir())
+    (root / "approve.txt").unlink()  # replay reads the journal, not the files
+    check = journal.replay_check(run_id)
+    assert check.ok and check.checked == 6, check
+    assert sorted(p.name for p in root.iterdir()) == [name for name, _ in before if name != "approve.txt"]

@@ -68,3 +68,21 @@ def no_undo(ctx, items: list) -> dict:
         book(item)
     ctx.wait_for_signal("go")
     return {"booked": items}
+
+
+@journal.step()
+def wait_a_bit(i: int) -> int:
+    import time
+
+    time.sleep(0.05)
+    return i
+
+
+@journal.workflow(name="saga-long", compensate_on_cancel=True)
+def long_trip(ctx, items: list, ticks: int = 200) -> dict:
+    """Book, then work for a while: a cancel while it runs stops it at a step boundary and refunds."""
+    for item in items:
+        book(item)
+    for i in range(ticks):
+        wait_a_bit(i)
+    return {"booked": items}
