@@ -113,12 +113,12 @@ class LocalModelServer:
                 if server.before_answer and server.before_answer(body) is False:
                     self.close_connection = True  # dropped unanswered, as a crashed peer would see it
                     return
+                with server._lock:  # before sending: a client may act on the answer before we return
+                    server.answered.append(body)
                 if body.get("stream"):
                     self._stream(reply)
                 else:
                     self._json(200, _completion(reply))
-                with server._lock:
-                    server.answered.append(body)
 
             def _stream(self, reply: dict) -> None:
                 self.send_response(200)

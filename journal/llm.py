@@ -195,7 +195,8 @@ def _view(step_name: str, payload: dict) -> dict:
     else:
         text = dumps(result) if result is not None else ""
         view["result"] = text if len(text) <= 2000 else text[:2000] + "…"
-    view["fingerprint"] = fingerprint(result) if "error" not in payload else "error"
+    # same step, same request and same result: a changed model or parameter shows even when the text agrees
+    view["fingerprint"] = fingerprint([payload.get("args_hash"), result if "error" not in payload else "error"])
     return view
 
 
@@ -221,8 +222,8 @@ def _summary(run, steps: dict[int, dict]) -> dict:
 def compare_runs(run_a, run_b, *, models_only: bool = False) -> dict:
     """Side by side: two runs' summaries and their step records aligned by position.
 
-    Pure (reads only). ``first_difference`` is the first position whose step name or result
-    differs; ``same_output`` compares the outputs. Plain dicts, ready for a template or JSON.
+    Pure (reads only). ``first_difference`` is the first position whose step name, request or
+    result differs; ``same_output`` compares the outputs. Plain dicts, ready for a template or JSON.
     """
     from journal.api import get_run
     from journal.models import SessionEvent

@@ -94,6 +94,21 @@ def test_research_fork_with_another_model_replays_the_history_and_calls_only_the
     assert all((r["a"] or r["b"])["kind"] == "model" for r in only_models)
 
 
+def test_a_fork_with_other_parameters_keeps_the_model_and_changes_the_parameters(model_server, drive):
+    from journal.llm import compare_runs, fork_with_model
+    from journal.models import Run
+
+    run_id = journal.start("research", "agents that wait for humans")
+    drive()
+    fork_id = fork_with_model(run_id, 8, params={"temperature": 0.9}, actor="bob")
+    drive()
+    assert Run.objects.get(id=fork_id).status == "completed"
+    resent = model_server.answered[6:]
+    assert [(b["model"], b["temperature"]) for b in resent] == [("gpt-4o-mini", 0.9), ("gpt-4o-mini", 0.9)]
+    cmp = compare_runs(run_id, fork_id)
+    assert cmp["b"]["override"]["params"] == {"temperature": 0.9} and cmp["first_difference"] == 8
+
+
 def test_a_failed_fact_check_after_publishing_is_compensated_by_retracting(model_server, drive, tmp_path):
     from journal.models import Run
 

@@ -192,3 +192,31 @@ def test_a_long_conversation_is_stored_message_by_message(drive):
     raw_last_request = sum(len(m["content"]) for m in request["messages"])
     # each message stored once, not once per call: O(n), not O(n^2)
     assert stored < 3 * raw_last_request
+
+
+PROMPT = {"text": "first wording"}  # deliberately read from a global: the test changes it between runs
+
+
+@journal.workflow(name="test_llm_prompt_changes")
+def prompt_changes(ctx) -> str:
+    client = ScriptedClient(model="scripted-small")
+    answer = ctx.model(client, [{"role": "user", "content": PROMPT["text"]}])
+    ctx.wait_for_signal("go")
+    return answer["content"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_changed_prompt_on_replay_is_reported_as_nondeterminism_not_resent(drive, monkeypatch):
+    from journal.models import EventKind, Run, SessionEvent
+
+    run_id = journal.start("test_llm_prompt_changes")
+    drive()
+    assert Run.objects.get(id=run_id).status == "suspended"
+    monkeypatch.setitem(PROMPT, "text", "second wording")
+    journal.signal(run_id, "go")
+    drive()
+    run = Run.objects.get(id=run_id)
+    assert run.status == "needs_attention"
+    event = SessionEvent.objects.get(run_id=run_id, kind=EventKind.NONDETERMINISM)
+    assert event.payload["position"] == 1 and "model:scripted-small" in event.payload["expected"]
+    assert "different arguments" in run.attention_reason
