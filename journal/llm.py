@@ -13,9 +13,10 @@ fields of the step's journal record (not free text, so the dashboard can sum and
                   transcript costs O(new messages) per call, not O(conversation)
 
 The same numbers go on a ``model`` trace span and into the run's totals (``Run.tokens`` and
-``Run.cost`` when it settles). On replay the recorded response is returned and the model is not
-called again; a changed prompt is non-determinism (the request is fingerprinted), reported at
-its position like any other step.
+``Run.cost``, updated in the record's transaction: exact after a crash, live while running; a
+model call's record is therefore always written synchronously: re-sending it would cost money).
+On replay the recorded response is returned and the model is not called again; a changed prompt
+is non-determinism (the request is fingerprinted), reported at its position like any other step.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from journal.errors import BadArgumentsError, RunNotFoundError, StepError
 from journal.llm_clients import cost_of
+from journal.models.run import Run
 from journal.models.session import EventKind
 from journal.models.trace import SpanKind
 from journal.replay import MAX_ARGS_IN_RECORD, lookup, recorded_result, result_payload, span
@@ -123,12 +126,21 @@ def model_call(ctx, client: Any, messages: list[dict], tools: list[dict] | None 
          tokens_out=tokens_out, cost=Decimal(str(cost)),
          attributes={"prompt_version": prompt_version, "finish_reason": payload["finish_reason"],
                      "tool_calls": payload["tool_calls"]})
-    ctx.tokens += tokens_in + tokens_out
-    ctx.cost += cost
     from journal.checkpoints import after_step
 
-    after_step(ctx, position, None, lambda extra: ctx.writer.record(
-        EventKind.STEP_COMPLETED, payload, position=position, step_name=step_name, extra=extra))
+    def commit(extra) -> None:
+        def add_totals() -> None:
+            # In the record's own transaction: the run's totals count each recorded call exactly once,
+            # survive a crash of this worker, and show while the run is still going.
+            Run.objects.filter(id=ctx.run.id, epoch=ctx.epoch).update(
+                tokens=F("tokens") + tokens_in + tokens_out, cost=F("cost") + Decimal(str(cost)))
+            if extra is not None:
+                extra()
+
+        ctx.writer.record(EventKind.STEP_COMPLETED, payload, position=position, step_name=step_name,
+                          extra=add_totals)
+
+    after_step(ctx, position, None, commit)
     return response
 
 
@@ -143,7 +155,7 @@ def fork_with_model(run_id, at_step: int, *, model: str | None = None, params: d
     """
     import journal
     from journal.api import append_event
-    from journal.models import Run, SessionEvent
+    from journal.models import SessionEvent
 
     if not model and not params:
         raise BadArgumentsError("fork_with_model needs a model= or params= to change")

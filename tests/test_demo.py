@@ -48,6 +48,7 @@ def test_demo_seeding_reaches_every_run_state_and_prints_the_logins(monkeypatch,
     attention = Run.objects.get(status="needs_attention")
     assert attention.attempts == 2 and "outcome was never recorded" in attention.attention_reason
     assert SideEffect.objects.get(run=attention).status == "started"
+    assert attention.tokens > 0  # counted with each recorded call, so the crashed worker's calls are not lost
     forked = Run.objects.get(forked_from__isnull=False)
     assert forked.status == "completed" and forked.input["llm_override"]["model"] == "scripted-large"
     assert Run.objects.filter(agent="code_repair", status="completed", output__green=True).exists()

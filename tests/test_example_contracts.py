@@ -83,12 +83,13 @@ def test_an_unreadable_contract_fails_the_run_at_that_contract(monkeypatch, tmp_
     assert outbox_lines(tmp_path) == []
 
 
+@pytest.mark.parametrize("size", [40, pytest.param(500, marks=pytest.mark.slow)])
 def test_killed_twice_at_random_contracts_it_resumes_there_and_reviews_nothing_twice(
-        worker_env, spawn_worker, tmp_path):
-    """Real `runworker` processes, SIGKILLed while they wait for a model answer at a random contract."""
+        worker_env, spawn_worker, tmp_path, size):
+    """Real `runworker` processes, SIGKILLed while they wait for a model answer at a random contract
+    (the 500-contract portfolio of the issue runs with DURABLE_SLOW=1)."""
     from journal.models import Run, SessionEvent
 
-    size = 40
     rng = random.Random()
     kill_at = sorted(rng.sample(range(3, size - 2), 2))
     workers: list = []
@@ -116,7 +117,7 @@ def test_killed_twice_at_random_contracts_it_resumes_there_and_reviews_nothing_t
             if n < len(kill_at):
                 wait_for(lambda n=n: len(kills) > n, timeout=120, message=f"kill {n + 1} at {kill_at[n]}")
         run = wait_for(lambda: (r := Run.objects.get(id=run_id)).status in ("completed", "failed") and r,
-                       timeout=180, message="the run to finish")
+                       timeout=180 + size, message="the run to finish")
     finally:
         server.stop()
     assert run.status == "completed", (run.error, workers[-1].log()[-3000:])
