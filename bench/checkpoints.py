@@ -148,8 +148,10 @@ def trial(mode: str, rng: random.Random, expected: tuple[dict, dict]) -> dict:
     fresh = rng.random() < 0.5
     run_id = journal.start_run("coderepair", checkpoint=policy)
     info = {"mode": mode, "kill": how, "fresh_disk": fresh}
+    # Random moments need commands that take a while; the replacement worker runs the same code.
+    slow = "0.1" if how == "random moment" else "0"
     if how == "random moment":
-        proc = spawn(worker_env(base, restore, CODEREPAIR_SLOW="0.1"))
+        proc = spawn(worker_env(base, restore, CODEREPAIR_SLOW=slow))
         wait_until(lambda: Run.objects.filter(id=run_id, status="running").exists(), 60)
         delay = rng.uniform(0.0, 2.5)
         time.sleep(delay)
@@ -169,12 +171,15 @@ def trial(mode: str, rng: random.Random, expected: tuple[dict, dict]) -> dict:
         if fresh:
             shutil.rmtree(base, ignore_errors=True)
             base = new_base()
-        proc = spawn(worker_env(base, restore), "--until-idle")
+        proc = spawn(worker_env(base, restore, CODEREPAIR_SLOW=slow), "--until-idle")
         proc.wait(timeout=300)
     run = Run.objects.get(id=run_id)
     tree = scan_manifest(Path(base) / run_id) if (Path(base) / run_id).exists() else {}
     info["status"] = run.status
     info["correct"] = run.status == "completed" and run.output == expected[0] and tree == expected[1]
+    if not info["correct"]:
+        info["why"] = run.error[:300] or run.attention_reason[:300] or ("output differs" if run.output != expected[0]
+                                                                         else "files differ")
     shutil.rmtree(base, ignore_errors=True)
     return info
 

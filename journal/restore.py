@@ -18,7 +18,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from journal.sandbox_exec import isolation, sandbox_uid
+from journal.sandbox_exec import isolation, kill_leftovers, sandbox_uid
 
 
 def sandbox_base() -> Path:
@@ -236,6 +236,8 @@ def prepare_sandbox(ctx) -> None:
     found = checkpoint_for(ctx.run.id, last)
     if found is None and not root.exists():
         return
+    if root.exists():
+        kill_leftovers(ctx.run_id)  # a command of the previous attempt must not write during the restore
     manifest = dict(found.manifest) if found is not None else {}
     restore_sandbox(ctx.run_id, manifest)
     ctx.sandbox_manifest = manifest

@@ -18,6 +18,7 @@ and output streamed through bounded buffers (a runaway writer is killed, never b
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import resource
@@ -30,6 +31,11 @@ import zlib
 from dataclasses import asdict, dataclass, field
 
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
+PR_SET_PDEATHSIG = 1
+try:  # loaded here, not in the forked child
+    _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - not glibc/musl
+    _libc = None
 UID_BASE = 200_000  # per-run uids: 200000..249999, unused by any real account
 UID_SPAN = 50_000
 
@@ -85,7 +91,8 @@ def sandbox_uid(run_id) -> int | None:
 def _namespace_prefix(uid: int) -> list[str]:
     return [
         "unshare", "--pid", "--fork", "--kill-child", "--net", "--ipc", "--uts", "--mount", "--mount-proc", "--",
-        "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--",
+        # setpriv's credential change clears unshare's --kill-child death signal; set it again after it.
+        "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--pdeathsig=KILL", "--",
         # PID 1 of a namespace ignores default-action signals; run the command as its child instead.
         "/bin/sh", "-c", '"$@"; exit $?', "sandbox-init",
     ]
@@ -93,6 +100,10 @@ def _namespace_prefix(uid: int) -> list[str]:
 
 def _preexec(limits: Limits, set_nproc: bool):
     def apply() -> None:
+        # If the worker dies (SIGKILL, OOM), its command dies with it (and, through unshare's
+        # --kill-child, the whole namespace): no orphan keeps writing while another worker restores.
+        if _libc is not None:
+            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         cpu = max(1, int(limits.cpu_seconds))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
@@ -119,6 +130,11 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def kill_leftovers(run_id) -> None:
+    """Kill anything still running as a run's sandbox uid (before its files are restored)."""
+    _kill_uid(sandbox_uid(run_id))
 
 
 def _kill_uid(uid: int | None) -> None:

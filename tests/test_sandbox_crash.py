@@ -128,3 +128,26 @@ def test_journal_only_resume_without_restore_diverges(reference, worker_env, spa
                                     fault="before_commit:position=9", restore=False)
     assert run.status == "completed", run.error
     assert run.output != expected_output or tree != expected_tree
+
+
+def test_a_killed_worker_takes_its_running_command_with_it(worker_env, spawn_worker, roots):
+    """No orphan keeps writing into the sandbox while another worker restores it."""
+    from journal.sandbox_exec import sandbox_uid
+
+    base = roots()
+    run_id = journal.start("sandbox_hang")
+    worker = spawn_worker(worker_env(AGENT, DURABLE_SANDBOX_ROOT=base))
+    tick = __import__("pathlib").Path(base) / run_id / "tick.txt"
+    wait_for(lambda: tick.exists() and tick.stat().st_size > 0, timeout=60, message="the command to start")
+    worker.kill()
+    time.sleep(0.5)
+    size = tick.stat().st_size
+    time.sleep(1.0)
+    assert tick.stat().st_size == size, "the command outlived its worker"
+    uid = sandbox_uid(run_id)
+    if uid is not None:
+        import psutil
+
+        alive = [p for p in psutil.process_iter(["uids", "status"])
+                 if p.info["uids"] and p.info["uids"].real == uid and p.info["status"] != psutil.STATUS_ZOMBIE]
+        assert not alive

@@ -99,3 +99,9 @@ def coderepair(ctx: journal.Context, goal: str = "make the tests pass") -> dict:
     final = _run(ctx, "wc -l runs.log test.log notes/fixes.txt | tail -1")
     witnesses.append(final.stdout)
     return {"attempts": attempts, "green": failure == "all green", "witnesses": witnesses}
+
+
+@journal.workflow(name="sandbox_hang")
+def sandbox_hang(ctx: journal.Context) -> int:
+    """A command that never ends by itself: the crash tests kill its worker underneath it."""
+    return ctx.sandbox.run("while true; do date >> tick.txt; sleep 0.05; done", timeout=600).exit_code
