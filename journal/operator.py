@@ -8,7 +8,8 @@ reason and changes nothing.
 Events are appended only to runs no worker holds (the worker owns the sequence numbers of a run
 it drives). Pausing a running run therefore only sets the flag; the worker's heartbeat releases
 the run at its next step boundary, and the pause event is recorded then, with the actor who
-asked for it (``record_pause_taken``).
+asked for it (``record_pause_taken``). A run whose worker died (expired lease) is taken back at
+once, its epoch bumped so the dead worker is fenced out.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from journal.api import append_event, get_run
@@ -67,10 +68,29 @@ def pause(run_id, *, actor: str = "", reason: str = "") -> Run:
         _act(run, "pause", PAUSABLE_STATUSES, fields, actor=actor, reason=reason, filters={"paused": False},
              where=IDLE)
     except RunStateError:
-        # Held by a worker (or claimed meanwhile): set the flag; the worker lets go at a step boundary.
+        if _take_back_from_dead_worker(run, fields, actor=actor, reason=reason):
+            return get_run(run.id)
+        # Held by a live worker (or claimed meanwhile): set the flag; it lets go at a step boundary.
         if not Run.objects.filter(id=run.id, status__in=HELD_STATUSES, paused=False).update(**fields):
             raise _refuse(run, "pause", "its state changed meanwhile; look again") from None
     return get_run(run.id)
+
+
+def _take_back_from_dead_worker(run: Run, fields: dict, *, actor: str, reason: str) -> bool:
+    """A held run whose lease expired (its worker died): pause it at once. Bumping the epoch fences
+    out the dead worker should it come back, so the pause event can be appended safely."""
+    now = timezone.now()
+    with transaction.atomic():
+        expired = Run.objects.filter(id=run.id, status__in=HELD_STATUSES, paused=False, lease_expires_at__lt=now)
+        taken = expired.filter(status=RunStatus.RUNNING).update(
+            status=RunStatus.PENDING, lease_owner="", lease_expires_at=None, epoch=F("epoch") + 1, **fields)
+        taken += expired.filter(status=RunStatus.COMPENSATING).update(
+            lease_owner="", lease_expires_at=None, epoch=F("epoch") + 1, **fields)
+        if taken:
+            append_event(run.id, EventKind.OPERATOR_ACTION, {
+                "action": "pause", "reason": reason, "from_status": run.status,
+                "note": f"its worker {run.lease_owner or '?'} had stopped renewing its lease"}, actor=actor)
+    return bool(taken)
 
 
 def record_pause_taken(ctx) -> None:

@@ -204,3 +204,24 @@ def test_resolve_effect_refuses_a_step_that_is_not_an_in_doubt_effect(worker_env
     with pytest.raises(journal.RunStateError, match="step 1 is not an effect"):
         journal.resolve_effect(run_id, 1, action="skip", actor="x")
     assert frozen(run_id) == before
+
+
+def test_pausing_a_run_whose_worker_died_takes_it_back_at_once(worker_env, spawn_worker, drive):
+    run_id = journal.start("tt-slow", 60)
+    worker = spawn_worker(worker_env("tests.agents.timetravel"))
+    wait_for(lambda: Run.objects.filter(id=run_id, status=RunStatus.RUNNING, steps__gt=0).exists()
+             or SessionEvent.objects.filter(run_id=run_id, kind=EventKind.STEP_COMPLETED).exists(),
+             timeout=60, message=f"the worker to start the run:\n{worker.log()}")
+    worker.kill()
+    epoch = journal.get_run(run_id).epoch
+    wait_for(lambda: Run.objects.filter(id=run_id, lease_expires_at__lt=timezone.now()).exists(), timeout=30,
+             message="the dead worker's lease to expire")
+    journal.pause(run_id, actor="alice", reason="investigating")
+    run = journal.get_run(run_id)
+    assert (run.status, run.paused, run.lease_owner, run.epoch) == (RunStatus.PENDING, True, "", epoch + 1)
+    assert actions(run_id) == [("pause", "alice", "investigating")]
+    drive()
+    assert journal.get_run(run_id).status == RunStatus.PENDING  # not recovered while paused
+    journal.unpause(run_id, actor="alice")
+    drive()
+    assert journal.get_run(run_id).output == sum(range(60))
