@@ -21,9 +21,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
-from journal.errors import DurableError
+from journal.errors import DurableError, PayloadTooLargeError
 from journal.models import EventKind, SandboxCommand
 from journal.models.trace import SpanKind
 from journal.restore import check_relative, current_entries, ensure_dir, sandbox_root, write_bytes
@@ -314,6 +315,10 @@ class SandboxHandle:
 
         def read() -> Any:
             target = self.resolve(path, must_exist=True)
+            limit = int(getattr(settings, "DURABLE_MAX_PAYLOAD_BYTES", 1_000_000)) // (2 if binary else 1)
+            if target.is_file() and target.stat().st_size > limit:
+                raise PayloadTooLargeError(f"sandbox file {path!r} is {target.stat().st_size:,} bytes: too large to "
+                                           f"journal (limit {limit:,}); read it inside a command or a step instead")
             fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
             with os.fdopen(fd, "rb") as fh:
                 data = fh.read()

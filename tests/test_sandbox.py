@@ -104,6 +104,12 @@ def sbx_limits(ctx):
         except journal.DurableError as exc:
             errors.append(type(exc).__name__ + ": " + str(exc))
     results["helpers"] = errors
+    ctx.sandbox.run("head -c 2000000 /dev/zero > big.bin")
+    try:
+        ctx.sandbox.read_file("big.bin")
+        results["big_read"] = "allowed"
+    except journal.DurableError as exc:
+        results["big_read"] = type(exc).__name__
     results["after"] = ctx.sandbox.run("echo still here").to_json()
     return results
 
@@ -123,6 +129,7 @@ def test_runaway_commands_are_contained_and_recorded_and_the_run_goes_on(drive):
     assert out["cwd_escape"]["failure_reason"].startswith("path escape")
     assert out["symlink_cwd"]["failure_reason"].startswith("path escape")
     assert all(e.startswith("SandboxPathError") for e in out["helpers"]), out["helpers"]
+    assert out["big_read"] == "PayloadTooLargeError"
     assert out["after"]["stdout"] == "still here\n" and out["after"]["exit_code"] == 0
     assert not os.path.exists(os.path.join(os.path.dirname(_root(run_id)), "outside.txt"))
     rows = {c.command: c for c in SandboxCommand.objects.filter(run_id=run_id)}
