@@ -171,7 +171,9 @@ def _chunks(reply: dict) -> list[dict]:
 
 if __name__ == "__main__":
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 8765
-    srv = LocalModelServer(port=port).start()
+    from examples.llm import demo_responder
+
+    srv = LocalModelServer(demo_responder, port=port).start()
     print(f"OpenAI-compatible server on {srv.base_url} (Ctrl-C to stop)")
     try:
         while True:
