@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -56,7 +57,18 @@ def _result_of(payload: dict) -> Any:
 
 
 def step_total(run_id) -> int:
-    """Number of step positions the run has recorded (the stepper's last step)."""
+    """Number of step positions the run has recorded (the stepper's last step).
+
+    Walks the (run, position) index backwards: the last positioned events are almost always the
+    last step record (or a wait/effect marker just after it), so this reads a row or two.
+    """
+    tail = list(SessionEvent.objects.filter(run_id=run_id, position__isnull=False).order_by("-position")
+                .values_list("position", "kind")[:8])
+    for position, kind in tail:
+        if kind == EventKind.STEP_COMPLETED:
+            return position
+    if not tail:
+        return 0
     return (
         SessionEvent.objects.filter(run_id=run_id, position__isnull=False, kind=EventKind.STEP_COMPLETED)
         .aggregate(m=Max("position"))["m"] or 0
@@ -189,8 +201,12 @@ def state_at(run_id, position: int) -> StepState:
 
     A handful of indexed queries whatever the journal's length; ``results`` loads lazily.
     """
-    _get_run(run_id)
-    total = step_total(run_id)
+    try:
+        total = step_total(run_id)
+    except (ValidationError, ValueError, TypeError):  # not a run id at all
+        total = 0
+    if total == 0:
+        _get_run(run_id)  # RunNotFoundError for an unknown run; the run is only read when it has no steps
     if not isinstance(position, int) or isinstance(position, bool) or not 1 <= position <= max(total, 0):
         raise BadArgumentsError(
             f"step {position!r} is out of range: run {run_id} has {total} step(s) (positions 1..{total})"
