@@ -18,12 +18,18 @@ STATUS_COLORS = {
 KIND_COLORS = {"step": "#2f7ed8", "effect": "#c46f2a", "model": "#a66cd9", "tool": "#2e9e5b", "sandbox": "#16998f",
                "wait": "#8a8f98", "compensation": "#7a5a3a", "run": "#444"}
 
-_LAYOUT = {"margin": {"l": 50, "r": 10, "t": 30, "b": 40}, "height": 260, "paper_bgcolor": "rgba(0,0,0,0)",
-           "plot_bgcolor": "rgba(0,0,0,0)", "legend": {"orientation": "h"}}
+_LAYOUT = {"margin": {"l": 50, "r": 50, "t": 60, "b": 40}, "height": 280, "paper_bgcolor": "rgba(0,0,0,0)",
+           "plot_bgcolor": "rgba(0,0,0,0)",
+           "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.02, "yanchor": "bottom"}}
+# Days are categories: a date axis with one day of data zooms to milliseconds.
+_DAY_AXIS = {"type": "category", "automargin": True}
 
 
 def _layout(title: str, **extra) -> dict:
-    return {**_LAYOUT, "title": {"text": title, "font": {"size": 14}}, **extra}
+    layout = {**_LAYOUT, "title": {"text": title, "font": {"size": 14}, "x": 0.02, "xanchor": "left"},
+              "xaxis": dict(_DAY_AXIS)}
+    layout.update(extra)
+    return layout
 
 
 def _day(value: date | datetime | str) -> str:
@@ -118,4 +124,5 @@ def gantt(spans: Iterable[dict]) -> dict:
         })
     height = max(160, min(900, 26 * len(rows) + 80))
     return {"data": data, "layout": _layout("Timeline", height=height, barmode="overlay",
-                                            xaxis={"type": "date"}, yaxis={"autorange": "reversed"})}
+                                            xaxis={"type": "date"}, yaxis={"autorange": "reversed", "automargin": True},
+                                            showlegend=len(data) > 1)}

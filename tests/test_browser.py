@@ -1,0 +1,199 @@
+"""The dashboard in a real browser: Playwright driving Debian's Chromium against a live server.
+
+Screenshots of the main pages land in test-output/screenshots/ (gitignored) for people to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs an event loop in this thread
+
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = Path(__file__).resolve().parent.parent / "test-output" / "screenshots"
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not shutil.which(CHROMIUM), reason="Debian's chromium is not installed at /usr/bin/chromium"),
+]
+
+import journal  # noqa: E402
+from journal.models import Run, RunStatus  # noqa: E402
+from tests.dashboard_data import make_demo_runs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_sync.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--no-first-run"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    pg = context.new_page()
+    pg.set_default_timeout(20_000)
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.js_errors = errors
+    yield pg
+    context.close()
+
+
+def shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def login(page, live_server, role: str) -> None:
+    page.goto(f"{live_server.url}/login/")
+    page.fill("#id_username", role)
+    page.fill("#id_password", f"{role}-pass")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/")
+
+
+def test_operator_filters_opens_a_failed_run_steps_with_the_keyboard_and_forks(page, live_server, personas, drive):
+    demo = make_demo_runs(drive)
+    page.goto(f"{live_server.url}/")
+    shot(page, "00-login")
+    login(page, live_server, "operator")
+    shot(page, "01-runs-list")
+    assert page.locator("table.runs tbody tr").count() == 6
+
+    page.check("input[name=status][value=failed]")
+    page.click(".filters button[type=submit]")
+    page.wait_for_url(re.compile(r"status=failed"))
+    rows = page.locator("table.runs tbody tr")
+    assert rows.count() == 2
+    assert all("Failed" in t for t in rows.all_inner_texts())
+    shot(page, "02-runs-filtered")
+
+    page.click(f"a[href='/runs/{demo.failed}/']")
+    page.wait_for_url(f"{live_server.url}/runs/{demo.failed}/")
+    assert "unexpected token" in page.inner_text("#run-header")
+    assert page.inner_text("#step-title").startswith("Step 3:")
+    shot(page, "03-run-detail-failed")
+
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function("document.querySelector('#step-title').textContent.startsWith('Step 2:')")
+    assert page.url.endswith("?step=2")
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function("document.querySelector('#step-title').textContent.startsWith('Step 1:')")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("document.querySelector('#step-title').textContent.startsWith('Step 2:')")
+    assert "summarize_doc" in page.inner_text("#step-title")
+    shot(page, "04-stepper-step-2")
+
+    page.click("details.fork summary")
+    page.click("#fork-submit")
+    page.wait_for_url(re.compile(r"/runs/(?!" + demo.failed + r")[0-9a-f-]{36}/$"))
+    new_id = page.url.rstrip("/").split("/")[-1]
+    fork = Run.objects.get(id=new_id)
+    assert str(fork.forked_from_id) == demo.failed and fork.fork_step == 2
+    assert "Forked from" in page.inner_text(".lineage")
+    shot(page, "05-forked-run")
+    assert not page.js_errors, page.js_errors
+
+
+def test_approve_from_the_inbox_and_watch_the_run_complete_without_reloading(page, live_server, personas, drive):
+    from journal.worker import EmbeddedWorker
+
+    run_id = journal.start("dash_review", "launch-plan.md")
+    drive()
+    assert Run.objects.get(id=run_id).status == RunStatus.SUSPENDED
+    login(page, live_server, "operator")
+    assert page.inner_text("#approvals-badge") == "1"
+    page.click("nav >> text=Approvals")
+    page.wait_for_url(f"{live_server.url}/approvals/")
+    assert "Publish launch-plan.md?" in page.inner_text("#inbox")
+    shot(page, "06-approvals-inbox")
+
+    page.fill(".decide textarea[name=comment]", "ship it")
+    page.click(".decide button[value=accept]")
+    page.wait_for_selector("#inbox >> text=Nothing is waiting for a decision")
+    page.click(f"a[href='/runs/{run_id}/']") if page.locator(f"a[href='/runs/{run_id}/']").count() else \
+        page.goto(f"{live_server.url}/runs/{run_id}/")
+    page.wait_for_url(f"{live_server.url}/runs/{run_id}/")
+    assert page.inner_text("#run-status") == "Pending"
+    page.evaluate("window.__same_page = true")
+
+    worker = EmbeddedWorker(concurrency=1, poll_interval=0.05)
+    thread = threading.Thread(target=worker.run, kwargs={"max_seconds": 60}, daemon=True)
+    thread.start()
+    try:
+        page.wait_for_function("document.querySelector('#run-status').textContent.trim() === 'Completed'",
+                               timeout=30_000)
+    finally:
+        worker.stopping.set()
+        thread.join(timeout=30)
+    assert page.evaluate("window.__same_page") is True  # updated in place: no reload happened
+    assert Run.objects.get(id=run_id).output["published"] is True
+    shot(page, "07-approved-run-completed")
+    assert not page.js_errors, page.js_errors
+
+
+def test_a_viewer_sees_no_actions_and_is_refused_when_trying_one(page, live_server, personas, drive):
+    demo = make_demo_runs(drive)
+    login(page, live_server, "viewer")
+    page.goto(f"{live_server.url}/runs/{demo.waiting}/")
+    assert page.locator("section.actions").count() == 0
+    status = page.evaluate("""async (url) => {
+        const token = JSON.parse(document.body.getAttribute('hx-headers'))['X-CSRFToken'];
+        const r = await fetch(url, {method: 'POST', headers: {'X-CSRFToken': token, 'HX-Request': 'true'},
+                                    body: new URLSearchParams({reason: 'sneaky'})});
+        return r.status;
+    }""", f"/runs/{demo.waiting}/act/cancel/")
+    assert status == 403
+    assert Run.objects.get(id=demo.waiting).status == RunStatus.SUSPENDED
+    page.goto(f"{live_server.url}/audit/")
+    assert "Not allowed" in page.inner_text("main")
+    shot(page, "08-viewer-refused")
+
+
+def test_agent_output_cannot_run_script_or_htmx_in_the_browser(page, live_server, personas, drive):
+    demo = make_demo_runs(drive)
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    login(page, live_server, "admin")
+    for url in (f"/runs/{demo.evil}/?step=1", f"/runs/{demo.evil_failed}/", "/?q=pwned"):
+        page.goto(f"{live_server.url}{url}")
+        page.wait_for_timeout(300)
+        assert page.evaluate("window.__pwned") is None
+    assert not [u for u in requests if "/evil" in u]
+    assert "<script>window.__pwned" in page.inner_text("table.runs")  # shown, as text
+    shot(page, "09-inert-agent-output")
+
+
+def test_screenshots_of_the_other_pages(page, live_server, personas, drive):
+    demo = make_demo_runs(drive)
+    from django.utils import timezone
+
+    from journal.models import Worker
+
+    Worker.objects.create(id="web-1:4242:a1b2c3", hostname="web-1", pid=4242, heartbeat_at=timezone.now())
+    login(page, live_server, "admin")
+    page.goto(f"{live_server.url}/runs/{demo.ok}/?step=2")
+    page.wait_for_selector("#gantt-data", state="attached")
+    page.wait_for_function("document.querySelector('[data-chart] .main-svg') !== null")
+    shot(page, "10-run-detail-completed")
+    for name, url in (("11-overview", "/overview/"), ("12-workers", "/workers/"), ("13-audit", "/audit/"),
+                      ("14-roles", "/settings/roles/")):
+        page.goto(f"{live_server.url}{url}")
+        if name == "11-overview":
+            page.wait_for_function("document.querySelectorAll('[data-chart] .main-svg').length >= 4")
+        shot(page, name)
+    assert not page.js_errors, page.js_errors
