@@ -208,3 +208,36 @@ def test_a_run_that_used_the_sandbox_replays_without_touching_files(drive, setti
     check = journal.replay_check(run_id)
     assert check.ok and check.checked == 6, check
     assert sorted(p.name for p in root.iterdir()) == [name for name, _ in before if name != "approve.txt"]
+
+
+GOLDEN = ROOT / "tests" / "golden"
+
+
+def load_golden(name: str) -> str:
+    """Recreate a recorded journal from tests/golden (Temporal-style replay fixtures)."""
+    import json
+
+    from journal.models import Run
+
+    data = json.loads((GOLDEN / name).read_text())
+    run = Run.objects.create(agent=data["agent"], input=data["input"], status=data["status"], output=data["output"],
+                             fingerprint="golden", steps=len(data["steps"]))
+    SessionEvent.objects.bulk_create([
+        SessionEvent(run=run, seq=i, kind=EventKind.STEP_COMPLETED, position=s["position"],
+                     step_name=s["step_name"], payload=s["payload"])
+        for i, s in enumerate(data["steps"], 1)])
+    return str(run.id)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in GOLDEN.glob("*.json")))
+def test_golden_journals_keep_replaying_on_the_current_code(name):
+    """A change to tests/agents/timetravel.py that would mis-replay these recorded runs fails here."""
+    check = journal.replay_check(load_golden(name))
+    assert check.ok, check.divergence
+    assert check.checked == check.recorded
+
+
+def test_a_golden_journal_catches_an_incompatible_change():
+    run_id = load_golden("tt-pipeline-3.json")
+    swap_code("tt-pipeline", other_arguments)
+    assert journal.replay_check(run_id).divergence.position == 2
