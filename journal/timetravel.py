@@ -28,6 +28,7 @@ from journal.errors import BadArgumentsError, NondeterminismError
 from journal.models import (
     Checkpoint,
     CheckpointDecision,
+    EffectStatus,
     EventKind,
     Run,
     RunStatus,
@@ -301,12 +302,12 @@ def _copy_effects(parent_id, child: Run, copy_upto: int, at_step: int, override_
     settled ledger rows under the fork's own keys, so nothing re-executes and nothing collides."""
     rows = []
     for eff in SideEffect.objects.filter(run_id=parent_id, position__lte=copy_upto):
-        result = eff.result
-        if eff.position == at_step and override_json is not None:
-            result = override_json
+        result, status = eff.result, eff.status
+        if eff.position == at_step and override_json is not None:  # the what-if: recorded as done with this result
+            result, status = override_json, EffectStatus.COMPLETED
         rows.append(SideEffect(
             run=child, position=eff.position, step_name=eff.step_name,
-            idempotency_key=f"{child.id}:{eff.position}", epoch=0, status=eff.status, args=eff.args,
+            idempotency_key=f"{child.id}:{eff.position}", epoch=0, status=status, args=eff.args,
             result=result, error=eff.error, attempts=eff.attempts, compensation=eff.compensation,
             compensation_result=eff.compensation_result, started_at=eff.started_at,
             completed_at=eff.completed_at, compensated_at=eff.compensated_at,

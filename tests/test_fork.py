@@ -132,3 +132,15 @@ def test_fork_refuses_unknown_runs_and_bad_overrides(drive):
     with pytest.raises(journal.SerializationError):
         journal.fork(parent, at_step=1, override={"when": object()})
     assert Run.objects.count() == runs
+
+
+def test_overriding_an_effect_records_it_done_without_executing_it(drive):
+    parent = journal.start("tt-pay", 5)  # add (1), pay (2), add (3)
+    drive()
+    child = journal.fork(parent, at_step=2, override={"paid": 99}, actor="alice")
+    drive()
+    run = journal.get_run(child)
+    assert run.output == {"receipt": {"paid": 99}, "after": 6}
+    assert [line for line in agents.executed() if line.startswith("pay")] == [f"pay 5 {parent}:2"]
+    effect = SideEffect.objects.get(run_id=child, position=2)
+    assert (effect.status, effect.result) == (EffectStatus.COMPLETED, {"paid": 99})
