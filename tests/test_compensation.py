@@ -155,3 +155,21 @@ def test_a_running_run_cancelled_at_a_step_boundary_is_compensated_when_its_work
     assert undone_items() == ["b", "a"]
     kinds = list(SessionEvent.objects.filter(run_id=run_id).order_by("seq").values_list("kind", flat=True))
     assert kinds.index(EventKind.RUN_CANCELLED) < kinds.index(EventKind.COMPENSATION_STARTED)
+
+
+@pytest.mark.slow
+def test_compensation_survives_a_kill_at_every_compensation(worker_env, spawn_worker):
+    """Three workers die, one per compensation, at alternating points; the fourth finishes the saga."""
+    run_id = journal.start("saga-trip", ITEMS, fail_at=4)
+    for fault in ("compensation_started:position=3", "compensation_executed:position=2",
+                  "compensation_started:position=1"):
+        doomed = spawn_worker(worker_env("tests.agents.saga", DURABLE_FAULTS=fault))
+        assert doomed.wait(timeout=120) == -9, doomed.log()
+        assert journal.get_run(run_id).status == RunStatus.COMPENSATING
+    rescuer = spawn_worker(worker_env("tests.agents.saga"))
+    wait_for(lambda: journal.get_run(run_id).status == RunStatus.COMPENSATED, timeout=60,
+             message=f"compensation to finish; worker log:\n{rescuer.log()}")
+    rescuer.terminate()
+    assert undone_items() == ["car", "hotel", "flight"]
+    assert called_items() == ["car", "hotel", "hotel", "flight"]
+    assert saga.lines("booked.log") == ["flight", "hotel", "car", "dinner"]
