@@ -48,6 +48,7 @@ class Context:
         self.replay_only = replay_only
         self.position = 0
         self.in_step = False
+        self.last_result_text = ""  # the JSON text of the last step result, encoded once
         self.mode: str = run.durability
         self.interrupt: str | None = None  # "cancel" | "release" | "pause", set by the heartbeat thread
         self.interrupt_reason = ""

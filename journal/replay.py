@@ -8,18 +8,20 @@ non-determinism, reported and never papered over.
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
 
+from journal.blobs import INLINE_LIMIT
 from journal.errors import NondeterminismError, StepError
 from journal.models.session import EventKind
 from journal.models.trace import SpanKind
 from journal.registry import StepDef
-from journal.serialization import fingerprint, to_json
+from journal.serialization import dumps, encode, text_fingerprint
 
 MAX_ARGS_IN_RECORD = 20_000  # bytes of arguments kept in the record for people to read
 
@@ -93,17 +95,17 @@ def result_payload(result_json: Any) -> dict:
 def span(ctx, name: str, kind: str, position: int | None, started, duration_ms: float, *, status: str = "ok",
          error: str = "", attempt: int = 1, **fields: Any) -> None:
     ctx.writer.add_span({
-        "span_id": uuid.uuid4().hex[:16], "parent_span_id": "", "name": name, "kind": kind, "position": position,
+        "span_id": os.urandom(8).hex(), "parent_span_id": "", "name": name, "kind": kind, "position": position,
         "attempt": attempt, "status": status, "error": error[:2000], "started_at": started,
-        "ended_at": timezone.now(), "duration_ms": duration_ms, **fields,
+        "ended_at": started + timedelta(milliseconds=duration_ms), "duration_ms": duration_ms, **fields,
     })
 
 
 def invoke_step(ctx, defn: StepDef, args: tuple, kwargs: dict) -> Any:
     ctx.check_interrupts()
     position = ctx.next_position()
-    call = to_json({"args": list(args), "kwargs": kwargs}, what=f"the arguments of step {defn.name}")
-    args_hash = fingerprint(call)
+    call, call_text = encode({"args": list(args), "kwargs": kwargs}, what=f"the arguments of step {defn.name}")
+    args_hash = text_fingerprint(call_text)
     record = lookup(ctx, position, defn.name, args_hash)
     if record is not None:
         return recorded_result(record)
@@ -111,7 +113,7 @@ def invoke_step(ctx, defn: StepDef, args: tuple, kwargs: dict) -> Any:
         from journal.effects import run_effect
 
         return run_effect(ctx, defn, position, call, args_hash)
-    return execute(ctx, defn, position, call, args_hash)
+    return execute(ctx, defn, position, call, args_hash, call_text)
 
 
 def call_with_retries(ctx, defn: StepDef, position: int, call: dict, extra_kwargs: dict | None = None):
@@ -140,11 +142,11 @@ def call_with_retries(ctx, defn: StepDef, position: int, call: dict, extra_kwarg
         finally:
             ctx.in_step = False
         ms = (time.perf_counter() - t0) * 1000
-        result_json = to_json(result, what=f"the result of step {defn.name}")
+        result_json, ctx.last_result_text = encode(result, what=f"the result of step {defn.name}")
         return result_json, attempt, started, ms
 
 
-def execute(ctx, defn: StepDef, position: int, call: dict, args_hash: str) -> Any:
+def execute(ctx, defn: StepDef, position: int, call: dict, args_hash: str, call_text: str | None = None) -> Any:
     try:
         result_json, attempt, started, ms = call_with_retries(ctx, defn, position, call)
     except StepError as exc:
@@ -153,14 +155,21 @@ def execute(ctx, defn: StepDef, position: int, call: dict, args_hash: str) -> An
             "args_hash": args_hash, "kind": "step"}, position=position, step_name=defn.name,
             durability=defn.durability)
         raise
-    payload = {**result_payload(result_json), "args_hash": args_hash, "attempt": attempt, "kind": "step",
-               "started_at": started.isoformat(), "duration_ms": round(ms, 3)}
-    if len(str(call)) <= MAX_ARGS_IN_RECORD:
-        payload["args"] = call
+    result_text = ctx.last_result_text
+    payload = {"args_hash": args_hash, "attempt": attempt, "kind": "step", "started_at": started.isoformat(),
+               "duration_ms": round(ms, 3)}
+    raw: dict[str, str] = {}
+    if len(result_text) > INLINE_LIMIT:
+        payload.update(result_payload(result_json))
+    else:
+        raw["result"] = result_text
+    call_text = call_text if call_text is not None else dumps(call)
+    if len(call_text) <= MAX_ARGS_IN_RECORD:
+        raw["args"] = call_text
     span(ctx, defn.name, SpanKind.STEP, position, started, ms, attempt=attempt)
     from journal.checkpoints import after_step
 
     after_step(ctx, position, defn, lambda extra: ctx.writer.record(
         EventKind.STEP_COMPLETED, payload, position=position, step_name=defn.name,
-        durability=defn.durability, extra=extra), payload)
+        durability=defn.durability, extra=extra, raw=raw), payload)
     return result_json

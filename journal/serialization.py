@@ -45,6 +45,18 @@ def check_size(text: str, *, what: str = "payload", limit: int | None = None) ->
         raise PayloadTooLargeError(f"{what} is {len(text):,} bytes; the limit is {limit:,} (DURABLE_MAX_PAYLOAD_BYTES)")
 
 
+def encode(value: Any, *, what: str = "value", limit: bool = True) -> tuple[Any, str]:
+    """Return (the value as the journal stores it, its canonical JSON text), validating it."""
+    text = dumps(value, what=what)
+    if limit:
+        check_size(text, what=what)
+    return json.loads(text), text
+
+
+def text_fingerprint(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def to_json(value: Any, *, what: str = "value", limit: bool = True) -> Any:
     """Return the value as the journal will store it (tuples become lists), validating it."""
     text = dumps(value, what=what)

@@ -17,7 +17,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection, connections, transaction
@@ -60,6 +60,13 @@ def _fenced_insert_sql(vendor: str, rows: int) -> str:
 _SQL_CACHE: dict[tuple[str, int], str] = {}
 
 
+def _sqlite_datetime(value: datetime) -> str:
+    """What Django stores for an aware datetime on SQLite (naive UTC text), without its generic checks."""
+    if value.tzinfo is UTC:
+        return str(value.replace(tzinfo=None))
+    return connection.ops.adapt_datetimefield_value(value)
+
+
 def fenced_append(run_id: uuid.UUID, epoch: int, entries: list[Entry]) -> None:
     """Append entries iff the run's epoch is still ``epoch``; raise LeaseLost otherwise.
 
@@ -78,7 +85,7 @@ def fenced_append(run_id: uuid.UUID, epoch: int, entries: list[Entry]) -> None:
     run_param: Any = run_id if pg else run_id.hex
     params: list[Any] = []
     for e in entries:
-        created: Any = e.created_at if pg else connection.ops.adapt_datetimefield_value(e.created_at)
+        created: Any = e.created_at if pg else _sqlite_datetime(e.created_at)
         params += [run_param, e.seq, e.kind, e.position, e.step_name, e.payload, e.actor, created]
     params += [run_param, epoch]
     with connection.cursor() as cursor:
@@ -91,8 +98,8 @@ def fenced_append(run_id: uuid.UUID, epoch: int, entries: list[Entry]) -> None:
 class JournalWriter:
     """Per-run writer owned by the thread that drives the run."""
 
-    def __init__(self, run_id: uuid.UUID, epoch: int, next_seq: int, mode: str = "sync"):
-        self.run_id = run_id
+    def __init__(self, run_id: uuid.UUID | str, epoch: int, next_seq: int, mode: str = "sync"):
+        self.run_id = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
         self.epoch = epoch
         self.next_seq = next_seq
         self.mode = mode
@@ -117,12 +124,20 @@ class JournalWriter:
         durability: str | None = None,
         created_at: datetime | None = None,
         extra: Callable[[], None] | None = None,
+        raw: dict[str, str] | None = None,
     ) -> int:
-        """Record one entry; returns its seq. ``extra`` runs in the same transaction (forces a sync write)."""
+        """Record one entry; returns its seq. ``extra`` runs in the same transaction (forces a sync write).
+
+        ``raw`` maps payload keys to JSON text already encoded (a step's arguments and result were
+        encoded once to validate and fingerprint them; encoding them again is most of a step's cost).
+        """
         if self.lost is not None:
             raise LeaseLost(str(self.lost))
         mode = durability or self.mode
-        text = json.dumps(payload, separators=(",", ":"), sort_keys=True)
+        text = json.dumps(payload, separators=(",", ":"))
+        if raw:
+            spliced = ",".join(f'"{key}":{value}' for key, value in raw.items())
+            text = f"{text[:-1]},{spliced}}}" if len(text) > 2 else f"{{{spliced}}}"
         with self._lock:
             seq = self.next_seq
             self.next_seq += 1
@@ -230,7 +245,6 @@ def _insert_spans(run_id: uuid.UUID, spans: list[dict]) -> None:
     from decimal import Decimal
 
     pg = connection.vendor == "postgresql"
-    ops = connection.ops
     placeholders = ", ".join(["%s::jsonb" if pg and c == "attributes" else "%s" for c in ("run_id", *_SPAN_COLS)])
     sql = f"INSERT INTO journal_tracespan (run_id, {', '.join(_SPAN_COLS)}) VALUES ({placeholders})"
     rows = []
@@ -243,7 +257,7 @@ def _insert_spans(run_id: uuid.UUID, spans: list[dict]) -> None:
             elif col == "cost":
                 value = Decimal(str(value or 0)) if pg else float(value or 0)
             elif col in ("started_at", "ended_at") and value is not None and not pg:
-                value = ops.adapt_datetimefield_value(value)
+                value = _sqlite_datetime(value)
             row.append(value)
         rows.append(row)
     with connection.cursor() as cursor:
