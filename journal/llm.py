@@ -140,7 +140,7 @@ def model_call(ctx, client: Any, messages: list[dict], tools: list[dict] | None 
         ctx.writer.record(EventKind.STEP_COMPLETED, payload, position=position, step_name=step_name,
                           extra=add_totals)
 
-    after_step(ctx, position, None, commit)
+    after_step(ctx, position, None, commit, payload)  # the checkpoint decision goes in the record
     return response
 
 
