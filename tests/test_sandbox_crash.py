@@ -13,6 +13,7 @@ import random
 import shutil
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -50,18 +51,24 @@ def _finish(run_id: str, spawn_worker, env: dict) -> Run:
 
 
 def _tree(base: str, run_id: str) -> dict:
-    return scan_manifest(__import__("pathlib").Path(base) / run_id)
+    return scan_manifest(Path(base) / run_id)
+
+
+_REFERENCE: list[tuple[dict, dict]] = []  # plain data, so it outlives the per-test database flush
 
 
 @pytest.fixture
 def reference(worker_env, spawn_worker, roots):
-    """An uninterrupted run: its output and final directory."""
+    """An uninterrupted run: its output and final directory (made once per session)."""
+    if _REFERENCE:
+        return _REFERENCE[0]
     base = roots()
     run_id = journal.start_run("coderepair", checkpoint="selective")
     run = _finish(run_id, spawn_worker, worker_env(AGENT, DURABLE_SANDBOX_ROOT=base))
     assert run.status == "completed", run.error
     assert run.output["green"] and run.output["attempts"] == 4
-    return run.output, _tree(base, run_id)
+    _REFERENCE.append((run.output, _tree(base, run_id)))
+    return _REFERENCE[0]
 
 
 def _crash_then_recover(worker_env, spawn_worker, roots, *, policy: str, fault: str | None = None,
@@ -137,7 +144,7 @@ def test_a_killed_worker_takes_its_running_command_with_it(worker_env, spawn_wor
     base = roots()
     run_id = journal.start("sandbox_hang")
     worker = spawn_worker(worker_env(AGENT, DURABLE_SANDBOX_ROOT=base))
-    tick = __import__("pathlib").Path(base) / run_id / "tick.txt"
+    tick = Path(base) / run_id / "tick.txt"
     wait_for(lambda: tick.exists() and tick.stat().st_size > 0, timeout=60, message="the command to start")
     worker.kill()
     time.sleep(0.5)
