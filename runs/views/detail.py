@@ -21,8 +21,8 @@ from runs import charts, stepper
 from runs.permissions import viewer_required
 from runs.views.common import get_run_or_404
 
-EVENTS_PAGE = 200
-TAB_ROWS = 500
+EVENTS_PAGE = 100  # the first events; the stepper and the tail reach the rest
+TAB_ROWS = 200
 TAIL_ROWS = 200
 
 
