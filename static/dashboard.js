@@ -88,11 +88,34 @@
       var src = document.getElementById(el.dataset.chart);
       if (!src) return;
       var fig = JSON.parse(src.textContent);
-      if (dark) fig.layout.font = {color: "#d8dbe0"};
+      if (dark) {
+        fig.layout.font = {color: "#d8dbe0"};
+        ["xaxis", "yaxis", "yaxis2"].forEach(function (ax) {
+          if (ax === "yaxis2" && !fig.layout.yaxis2) return;
+          fig.layout[ax] = Object.assign({gridcolor: "#2c313a", zerolinecolor: "#3a404b"}, fig.layout[ax] || {});
+        });
+      }
       Plotly.newPlot(el, fig.data, fig.layout, {displaylogo: false, responsive: true});
       el.dataset.drawn = "1";
     });
   }
   window.addEventListener("load", function () { drawCharts(document); });
+
+  // htmx does not swap error responses: say what happened instead of doing nothing.
+  document.addEventListener("htmx:responseError", function (ev) {
+    var xhr = ev.detail.xhr;
+    var flash = document.getElementById("flash");
+    if (!flash) return;
+    var why = xhr.status === 403 ? "Refused: your role (or the read-only switch) does not allow this."
+      : xhr.status === 404 ? "Not found: the run may have been purged."
+      : "The server answered " + xhr.status + "; nothing was changed by this page.";
+    flash.textContent = why;
+    flash.className = "msg error";
+    flash.hidden = false;
+  });
+  document.addEventListener("htmx:sendError", function () {
+    var flash = document.getElementById("flash");
+    if (flash) { flash.textContent = "Cannot reach the server; retrying on the next poll."; flash.className = "msg warning"; flash.hidden = false; }
+  });
   document.addEventListener("htmx:afterSettle", function (ev) { drawCharts(ev.target); });
 })();

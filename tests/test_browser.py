@@ -197,3 +197,18 @@ def test_screenshots_of_the_other_pages(page, live_server, personas, drive):
             page.wait_for_function("document.querySelectorAll('[data-chart] .main-svg').length >= 4")
         shot(page, name)
     assert not page.js_errors, page.js_errors
+
+
+def test_dark_mode_follows_the_system(browser, live_server, personas, drive):
+    demo = make_demo_runs(drive)
+    context = browser.new_context(viewport={"width": 1360, "height": 900}, color_scheme="dark")
+    try:
+        pg = context.new_page()
+        login(pg, live_server, "operator")
+        background = pg.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert background == "rgb(18, 20, 24)", background
+        shot(pg, "15-runs-list-dark")
+        pg.goto(f"{live_server.url}/runs/{demo.failed}/")
+        shot(pg, "16-run-detail-dark")
+    finally:
+        context.close()
