@@ -123,6 +123,9 @@ def signal(run_id, name: str, payload: Any = None, *, actor: str = "", signal_id
             return existing
     try:
         with transaction.atomic():
+            from journal.dispatch import lock_for_wake
+
+            lock_for_wake(run.id)  # else a run suspending right now could miss this signal (PostgreSQL)
             sig = Signal.objects.create(run=run, name=name, payload=payload, actor=actor, signal_id=signal_id)
             woke = Run.objects.filter(
                 id=run.id, status=RunStatus.SUSPENDED, waiting_for__kind="signal", waiting_for__name=name

@@ -22,7 +22,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from journal.dispatch import notify
+from journal.dispatch import lock_for_wake, notify
 from journal.errors import DurableError, RunNotFoundError, Suspend, WaitTimeout
 from journal.models import (
     OPEN_APPROVAL_STATUSES,
@@ -240,6 +240,7 @@ def decide(approval_id, *, approved: bool, actor: str, actor_roles: set[str] | N
                 status = ApprovalStatus.APPROVED
             if status is not None:
                 Approval.objects.filter(id=approval.id).update(status=status, decided_at=now)
+                lock_for_wake(approval.run_id)
                 woke = Run.objects.filter(
                     id=approval.run_id, status=RunStatus.SUSPENDED, waiting_for__kind="approval",
                     waiting_for__approval_id=str(approval.id),

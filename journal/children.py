@@ -21,8 +21,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from django.db import transaction
+
 from journal import registry
-from journal.dispatch import notify
+from journal.dispatch import lock_for_wake, notify
 from journal.errors import BadArgumentsError, DurableError, RunStateError, StepError, Suspend
 from journal.models import TERMINAL_STATUSES, EventKind, Run, RunStatus
 from journal.replay import lookup, recorded_result, result_payload
@@ -183,10 +185,12 @@ def after_suspend(ctx, waiting_for: dict, final: list) -> None:
 
 def wake_parent(parent_id) -> bool:
     """Make a parent that waits on children runnable; it re-checks them when it replays."""
-    woke = Run.objects.filter(id=parent_id, status=RunStatus.SUSPENDED, waiting_for__kind="child").update(
-        status=RunStatus.PENDING, wake_at=None)
-    if woke:
-        notify(parent_id)
+    with transaction.atomic():  # (a savepoint inside the child's final transaction)
+        lock_for_wake(parent_id)
+        woke = Run.objects.filter(id=parent_id, status=RunStatus.SUSPENDED, waiting_for__kind="child").update(
+            status=RunStatus.PENDING, wake_at=None)
+        if woke:
+            notify(parent_id)
     return bool(woke)
 
 

@@ -12,7 +12,7 @@ together: there is no window in which a wake-up can be lost.
 from __future__ import annotations
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 
 def notify(run_id) -> None:
@@ -26,6 +26,22 @@ def notify(run_id) -> None:
         advance_run.delay(run_id)
 
     transaction.on_commit(send)
+
+
+def lock_for_wake(run_id) -> None:
+    """Lock the run's row before deciding whether to wake it (call inside the waking transaction).
+
+    Without it, on PostgreSQL (READ COMMITTED) a wake-up can be lost: the waker's conditional
+    UPDATE sees the run still running and matches nothing, while the run's suspension
+    transaction checks the inbox (or the child, or the approval) before the waker commits.
+    Holding the row lock orders the two: either the suspension commits first and the waker
+    sees "suspended", or the waker commits first and the suspension's check sees its row.
+    SQLite's IMMEDIATE transactions already serialize writers.
+    """
+    if connection.vendor == "postgresql":
+        from journal.models import Run
+
+        list(Run.objects.select_for_update().filter(id=run_id).values_list("id", flat=True))
 
 
 def after_suspend(ctx, waiting_for: dict, final: list) -> None:

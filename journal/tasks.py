@@ -14,6 +14,7 @@ import logging
 import threading
 
 from celery import shared_task
+from celery.signals import worker_shutting_down
 from django.db import close_old_connections
 
 log = logging.getLogger(__name__)
@@ -64,3 +65,11 @@ def sweep(limit: int = 500) -> int:
     finally:
         close_old_connections()
     return len(ids)
+
+
+@worker_shutting_down.connect
+def _give_runs_back(**_kwargs) -> None:
+    """Warm shutdown (SIGTERM): runs being driven are released at their next step boundary, so
+    another worker continues them at once instead of after the lease expires."""
+    if _worker is not None:
+        _worker.request_stop()

@@ -61,8 +61,11 @@ class EmbeddedWorker:
         deadline = time.monotonic() + max_seconds if max_seconds else None
         try:
             while not self.stopping.is_set():
+                # A run that ends during the claim can wake another (a child wakes its parent): idle
+                # only if nothing was in flight before the claim looked.
+                busy = bool(self._active)
                 claimed = self.tick()
-                if until_idle and claimed == 0 and not self._active:
+                if until_idle and claimed == 0 and not busy and not self._active:
                     break
                 if deadline and time.monotonic() > deadline:
                     break
