@@ -48,7 +48,11 @@ def test_pause_agent_from_the_workers_page_is_audited(client, personas, demo):
     assert resp.status_code == 200
     entry = AuditEntry.objects.get(action="pause_agent")
     assert entry.target == "agent dash_approval" and entry.comment == "bad deploy"
-    assert entry.result in resp.content.decode()
+    assert entry.result == "dash_approval: 1 run(s) paused" and entry.result in resp.content.decode()
+    from journal.models import Run
+
+    assert Run.objects.get(id=demo.waiting).paused
+    assert "1 paused" in resp.content.decode()
 
 
 def test_workers_page_query_count_is_flat(client, personas, drive):

@@ -29,14 +29,14 @@ def _do_cancel(request, run, actor):
     return (lambda: journal.cancel(run.id, reason, actor=actor)), reason, lambda r: f"cancel requested: {reason}"
 
 
-def _simple(name: str, message: str, *, takes_reason: bool = True) -> Callable:
+def _simple(name: str, message: str) -> Callable:
+    """pause, unpause, resume, retry, compensate: journal.<name>(run_id, actor=, reason=)."""
+
     def build(request, run, actor):
         import journal
 
         reason = _text(request, "reason")
-        if takes_reason:
-            return (lambda: getattr(journal, name)(run.id, actor=actor, reason=reason)), reason, lambda r: message
-        return (lambda: getattr(journal, name)(run.id, actor=actor)), reason, lambda r: message
+        return (lambda: getattr(journal, name)(run.id, actor=actor, reason=reason)), reason, lambda r: message
 
     return build
 
@@ -109,7 +109,7 @@ ACTIONS: dict[str, Callable] = {
     "cancel": _do_cancel,
     "pause": _simple("pause", "paused: no worker will advance it until unpaused"),
     "unpause": _simple("unpause", "unpaused"),
-    "resume": _simple("resume", "resumed", takes_reason=False),
+    "resume": _simple("resume", "resumed"),
     "retry": _simple("retry", "retry scheduled"),
     "compensate": _simple("compensate", "compensation started"),
     "signal": _do_signal,

@@ -16,7 +16,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from journal.models import Harness, Run, RunStatus, Worker
+from journal.models import TERMINAL_STATUSES, Harness, Run, RunStatus, Worker
 from journal.models.run import lease_seconds
 from runs import charts
 from runs.permissions import operator_required, viewer_required
@@ -55,16 +55,10 @@ def workers(request: HttpRequest) -> HttpResponse:
     return render(request, "runs/workers.html", context)
 
 
-def _paused_agents() -> set[str]:
-    """Agents an operator paused, if the operator engine keeps such a list (else none)."""
-    try:
-        from journal import operator  # type: ignore[attr-defined]
-
-        return set(operator.paused_agents())
-    except (ImportError, AttributeError, NotImplementedError):
-        return set()
-    except Exception:
-        return set()
+def _paused_agents() -> dict[str, int]:
+    """How many live runs of each agent an operator paused (pause_agent pauses them run by run)."""
+    return dict(Run.objects.filter(paused=True).exclude(status__in=TERMINAL_STATUSES)
+                .values_list("agent").annotate(n=Count("id")).order_by())
 
 
 @require_POST
@@ -80,7 +74,7 @@ def agent_action(request: HttpRequest, agent: str) -> HttpResponse:
         return redirect("workers")
     outcome = perform(request, action, lambda: getattr(journal, action)(agent, actor=actor, reason=reason),
                       target=f"agent {agent}", comment=reason,
-                      describe=lambda r: f"{agent}: {'paused' if action == 'pause_agent' else 'unpaused'}")
+                      describe=lambda n: f"{agent}: {n} run(s) {'paused' if action == 'pause_agent' else 'unpaused'}")
     (messages.success if outcome.ok else messages.error)(request, outcome.message)
     return redirect("workers")
 
