@@ -117,3 +117,15 @@ def test_detail_query_count_does_not_grow_with_the_journal(viewer, drive):
             counts.append(len(ctx))
     assert counts[:3] == counts[3:], counts
     assert max(counts) <= 40, counts
+
+
+def test_a_long_journal_lists_the_first_events_and_tails_from_the_newest(viewer, drive):
+    import journal
+    from runs.views.detail import EVENTS_PAGE
+
+    run_id = journal.start("dash_many", EVENTS_PAGE)
+    drive()
+    newest = SessionEvent.objects.filter(run_id=run_id).order_by("-seq").first().seq
+    body = viewer.get(reverse("run_detail", args=[run_id])).content.decode()
+    assert f'data-seq="{EVENTS_PAGE}"' in body and f'data-seq="{EVENTS_PAGE + 1}"' not in body
+    assert f"–{newest} are not listed here" in body

@@ -54,7 +54,7 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
                           "duration_ms": s.duration_ms, "status": s.status} for s in spans)
     context = {
         "run": run, "step": step, "events": events, "more_events": len(events) == EVENTS_PAGE,
-        "last_seq": events[-1].seq if events else 0, "spans": spans, "gantt": gantt, "lineage": lineage,
+        "last_seq": _max_seq(run, events), "spans": spans, "gantt": gantt, "lineage": lineage,
         "checkpoints": list(Checkpoint.objects.filter(run=run).defer("manifest", "state").order_by("position")
                             [:TAB_ROWS]),
         "effects": list(SideEffect.objects.filter(run=run).order_by("position")[:TAB_ROWS]),
@@ -63,6 +63,14 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "approval": _pending_approval(run),
     }
     return render(request, "runs/detail.html", context)
+
+
+def _max_seq(run: Run, events: list[SessionEvent]) -> int:
+    """Where the live tail starts: after the newest event, not after the last one shown (so a long
+    journal is never streamed in through the tail)."""
+    if len(events) < EVENTS_PAGE:
+        return events[-1].seq if events else 0
+    return SessionEvent.objects.filter(run=run).order_by("-seq").values_list("seq", flat=True).first() or 0
 
 
 def _pending_approval(run: Run):
