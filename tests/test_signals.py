@@ -110,3 +110,37 @@ def test_wait_timeout_is_a_clear_outcome(drive):
     with pytest.raises(journal.SignalError):
         journal.signal(run_id, "go")
     assert Run.objects.filter(id=run_id, status=RunStatus.COMPLETED).exists()
+
+
+def test_a_signal_sent_while_the_run_is_committing_its_suspension_is_not_lost(drive, monkeypatch):
+    """The race behind lost wake-ups: the signal arrives after the suspension's inbox check but
+    before its commit. The sender must wait for the row and then wake the run."""
+    from journal import dispatch
+
+    original = dispatch.after_suspend
+    senders: list[threading.Thread] = []
+
+    def signal_during_commit(ctx, waiting_for, final):
+        original(ctx, waiting_for, final)
+        if not senders:
+            def send():
+                try:
+                    journal.signal(ctx.run_id, "go", "raced")
+                finally:
+                    from django.db import connection
+
+                    connection.close()
+
+            t = threading.Thread(target=send)
+            senders.append(t)
+            t.start()
+            t.join(timeout=1.0)  # it must not get through while our transaction is open
+
+    monkeypatch.setattr(dispatch, "after_suspend", signal_during_commit)
+    run_id = journal.start("wait-signal")
+    drive()
+    senders[0].join(timeout=30)
+    drive()
+    run = journal.get_run(run_id)
+    assert run.status == RunStatus.COMPLETED, run.status
+    assert run.output == {"payload": "raced"}
