@@ -37,9 +37,11 @@ lint: install
 bench: install
 	$(PY) bench/step_overhead.py
 
+# Nothing is released yet, so the initial migrations are regenerated rather than stacked.
 migrations: install
-	rm -f journal/migrations/0001_initial.py
-	$(PY) manage.py makemigrations journal runs
+	rm -f journal/migrations/0001_initial.py runs/migrations/0001_initial.py
+	mv journal/migrations/0002_append_only_trigger.py /tmp/durable-0002.py
+	$(PY) manage.py makemigrations journal runs; mv /tmp/durable-0002.py journal/migrations/0002_append_only_trigger.py
 
 clean:
 	rm -rf $(VENV) db.sqlite3* test-db.sqlite3* var test-output

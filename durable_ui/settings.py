@@ -96,6 +96,7 @@ DURABLE_LEASE_SECONDS = env_int("DURABLE_LEASE_SECONDS", 30, minimum=1, maximum=
 DURABLE_MAX_PAYLOAD_BYTES = env_int("DURABLE_MAX_PAYLOAD_BYTES", 1_000_000, minimum=1024)
 DURABLE_SANDBOX_ROOT = env_str("DURABLE_SANDBOX_ROOT", str(BASE_DIR / "var" / "sandboxes"))
 DURABLE_READ_ONLY = env_bool("DURABLE_READ_ONLY", False)
+DURABLE_RETENTION_INTERVAL = env_int("DURABLE_RETENTION_INTERVAL", 3600, minimum=60)  # seconds between purges
 
 # --- the distributed path -------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")

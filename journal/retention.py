@@ -1,10 +1,25 @@
-"""Retention: the only code allowed to delete from the append-only session log."""
+"""Retention: the only code allowed to delete from the append-only session log.
+
+Admins keep finished runs for N days per agent and status (RetentionRule); ``preview()`` says
+what a purge would delete, ``purge()`` deletes it in small batches (short transactions, so a
+purge never blocks workers for long). Live runs are never purged. The embedded worker and
+Celery beat run ``purge()`` on a schedule; ``manage.py purge`` runs it by hand.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from django.db import connection, transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+log = logging.getLogger(__name__)
 _allowed: contextvars.ContextVar[bool] = contextvars.ContextVar("journal_retention", default=False)
 
 
@@ -15,8 +30,6 @@ def retention_allowed() -> bool:
 @contextlib.contextmanager
 def allow_deletes():
     """Let this block delete session events (PostgreSQL: also tells the trigger, for this transaction)."""
-    from django.db import connection
-
     token = _allowed.set(True)
     try:
         if connection.vendor == "postgresql" and connection.in_atomic_block:
@@ -25,3 +38,76 @@ def allow_deletes():
         yield
     finally:
         _allowed.reset(token)
+
+
+@dataclass
+class RulePreview:
+    rule_id: int
+    label: str
+    keep_days: int
+    runs: int
+    oldest: datetime | None
+
+
+def _rule_filter(rule) -> Q:
+    q = Q()
+    if rule.agent:
+        q &= Q(agent=rule.agent)
+    if rule.status:
+        q &= Q(status=rule.status)
+    return q
+
+
+def expired_runs(rule, rules: list, now: datetime | None = None) -> QuerySet:
+    """Finished runs this rule governs (no more specific rule matches them) that are past their time."""
+    from journal.models import TERMINAL_STATUSES, Run
+
+    now = now or timezone.now()
+    qs = Run.objects.filter(status__in=TERMINAL_STATUSES, finished_at__lt=now - timedelta(days=rule.keep_days))
+    qs = qs.filter(_rule_filter(rule))
+    for other in rules:
+        if other.pk != rule.pk and other.specificity > rule.specificity and _covers(rule, other):
+            qs = qs.exclude(_rule_filter(other))
+    return qs
+
+
+def _covers(general, specific) -> bool:
+    return (not general.agent or general.agent == specific.agent) and (
+        not general.status or general.status == specific.status)
+
+
+def preview(now: datetime | None = None) -> list[RulePreview]:
+    from journal.models import RetentionRule
+
+    rules = list(RetentionRule.objects.all())
+    out = []
+    for rule in sorted(rules, key=lambda r: -r.specificity):
+        qs = expired_runs(rule, rules, now)
+        oldest = qs.order_by("finished_at").values_list("finished_at", flat=True).first()
+        out.append(RulePreview(rule.pk, str(rule), rule.keep_days, qs.count(), oldest))
+    return out
+
+
+def purge(now: datetime | None = None, *, batch: int = 200,
+          progress: Callable[[int, int], None] | None = None) -> int:
+    """Delete every expired run with its journal, effects, spans and checkpoints; returns how many."""
+    from journal.models import RetentionRule, Run
+
+    rules = list(RetentionRule.objects.all())
+    if not rules:
+        return 0
+    total = sum(expired_runs(rule, rules, now).count() for rule in rules)
+    deleted = 0
+    for rule in sorted(rules, key=lambda r: -r.specificity):
+        while True:
+            ids = list(expired_runs(rule, rules, now).values_list("id", flat=True)[:batch])
+            if not ids:
+                break
+            with transaction.atomic(), allow_deletes():
+                Run.objects.filter(id__in=ids).delete()
+            deleted += len(ids)
+            if progress:
+                progress(deleted, total)
+    if deleted:
+        log.info("retention purged %d finished run(s)", deleted)
+    return deleted

@@ -15,6 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
@@ -46,6 +47,7 @@ class EmbeddedWorker:
         self._heartbeat_thread: threading.Thread | None = None
         self.completed = 0
         self.outcomes: dict[str, str] = {}
+        self.maintenance_interval = float(getattr(settings, "DURABLE_RETENTION_INTERVAL", 3600))
 
     # -- lifecycle ----------------------------------------------------------------------
     def register(self) -> None:
@@ -59,8 +61,12 @@ class EmbeddedWorker:
         self._heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="durable-heartbeat", daemon=True)
         self._heartbeat_thread.start()
         deadline = time.monotonic() + max_seconds if max_seconds else None
+        next_maintenance = time.monotonic() + 5.0
         try:
             while not self.stopping.is_set():
+                if not until_idle and time.monotonic() >= next_maintenance:
+                    self.maintenance()
+                    next_maintenance = time.monotonic() + self.maintenance_interval
                 # A run that ends during the claim can wake another (a child wakes its parent): idle
                 # only if nothing was in flight before the claim looked.
                 busy = bool(self._active)
@@ -74,6 +80,15 @@ class EmbeddedWorker:
         finally:
             self.shutdown()
         return self.completed
+
+    def maintenance(self) -> None:
+        """Housekeeping no run is waiting for: retention purges on the admins' schedule."""
+        from journal import retention
+
+        try:
+            retention.purge()
+        except Exception:
+            log.exception("worker %s: retention purge failed", self.id)
 
     def tick(self) -> int:
         close_old_connections()
