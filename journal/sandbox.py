@@ -296,9 +296,16 @@ class SandboxHandle:
         target = self.root / rel
         started = timezone.now()
         t0 = time.perf_counter()
-        before = self._snap.take()
+        # Only this path can change (no command runs, and every command's stragglers were killed):
+        # update the current manifest for it instead of walking the whole workspace.
+        before = dict(getattr(self.ctx, "sandbox_manifest", None) or {})
         act(target, rel)
-        after = self._snap.take()
+        after = dict(before)
+        after.pop(rel, None)
+        if os.path.islink(target):
+            after[rel] = "->" + os.readlink(target)
+        elif target.is_file():
+            after[rel] = _sha_file(target)
         created, modified, deleted = _diff(before, after)
         self._after_change(after, created, modified, deleted)
         ms = (time.perf_counter() - t0) * 1000
