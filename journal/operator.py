@@ -96,7 +96,14 @@ def _take_back_from_dead_worker(run: Run, fields: dict, *, actor: str, reason: s
 def record_pause_taken(ctx) -> None:
     """Called by the executor when a worker releases a run because it was paused: record who paused it."""
     row = Run.objects.filter(id=ctx.run_id).values("paused", "paused_by", "pause_reason").first()
-    if row and row["paused"]:
+    if not row or not row["paused"]:
+        return
+    last = (  # released again (e.g. re-claimed after a missed heartbeat): the pause is recorded already
+        SessionEvent.objects.filter(run_id=ctx.run_id, kind=EventKind.OPERATOR_ACTION,
+                                    payload__action__in=["pause", "unpause"])
+        .order_by("-seq").values_list("payload__action", flat=True).first()
+    )
+    if last != "pause":
         ctx.writer.record(EventKind.OPERATOR_ACTION, {
             "action": "pause", "reason": row["pause_reason"], "from_status": ctx.run.status,
             "taken_at_step": ctx.position}, actor=row["paused_by"], durability="exit")

@@ -48,13 +48,13 @@ def test_a_paused_run_holds_no_worker_until_unpaused(drive):
 
 def test_a_running_run_is_released_at_the_next_step_boundary():
     run_id = journal.start("tt-slow", 120)  # 120 steps of 50 ms: it is running when paused
-    worker = EmbeddedWorker(concurrency=1, poll_interval=0.02, ttl=1)
-    thread = threading.Thread(target=worker.run, kwargs={"max_seconds": 60}, daemon=True)
+    worker = EmbeddedWorker(concurrency=1, poll_interval=0.02, ttl=3)
+    thread = threading.Thread(target=worker.run, kwargs={"max_seconds": 120}, daemon=True)
     thread.start()
     try:
         wait_for(lambda: Run.objects.filter(id=run_id, status=RunStatus.RUNNING).exists(), message="running")
         journal.pause(run_id, actor="alice", reason="freeze")
-        wait_for(lambda: journal.get_run(run_id).status == RunStatus.PENDING, timeout=30, message="release")
+        wait_for(lambda: journal.get_run(run_id).status == RunStatus.PENDING, timeout=60, message="release")
         run = journal.get_run(run_id)
         assert run.paused and run.lease_owner == "" and run.steps < 120
         assert actions(run_id) == [("pause", "alice", "freeze")]  # recorded when the worker let go
@@ -65,7 +65,7 @@ def test_a_running_run_is_released_at_the_next_step_boundary():
         wait_for(lambda: journal.get_run(run_id).status == RunStatus.COMPLETED, timeout=60, message="finish")
     finally:
         worker.request_stop()
-        thread.join(timeout=30)
+        thread.join(timeout=60)
     assert journal.get_run(run_id).output == sum(range(120))
 
 
