@@ -141,3 +141,20 @@ def test_read_only_setting_refuses_every_write(operator, demo, settings):
     assert Run.objects.get(id=demo.waiting).status == RunStatus.SUSPENDED
     page = operator.get(reverse("run_detail", args=[demo.waiting])).content.decode()
     assert "read-only" in page and 'id="cancel-btn"' not in page
+
+
+def test_compensate_a_cancelled_run_undoes_its_effects(operator, drive):
+    import journal
+    from journal.models import SideEffect
+
+    run_id = journal.start("dash_checkout", 120)
+    drive()
+    act(operator, run_id, "cancel", reason="customer left")
+    assert Run.objects.get(id=run_id).status == RunStatus.CANCELLED
+    body = act(operator, run_id, "compensate", reason="refund the customer").content.decode()
+    assert "compensation started" in body
+    drive()
+    assert Run.objects.get(id=run_id).status == RunStatus.COMPENSATED
+    effect = SideEffect.objects.get(run_id=run_id)
+    assert effect.status == "compensated" and effect.compensation_result == {"refunded": 120}
+    assert "compensated" in operator.get(reverse("run_detail", args=[run_id])).content.decode()

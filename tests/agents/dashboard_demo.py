@@ -76,3 +76,19 @@ def dash_review(ctx: journal.Context, name: str) -> dict:
     doc = fetch_doc(name)
     decision = ctx.request_approval(f"Publish {name}?", context={"doc": doc, "risk": "low"}, role="operator")
     return {"published": bool(decision.get("approved")), "decision": decision}
+
+
+def refund_card(result, amount, *, idempotency_key):
+    return {"refunded": result["charged"]}
+
+
+@journal.step(effect=True, compensate=refund_card)
+def charge_card(amount, *, idempotency_key):
+    return {"charged": amount}
+
+
+@journal.workflow(name="dash_checkout", version="1")
+def dash_checkout(ctx: journal.Context, amount: int) -> dict:
+    charge = charge_card(amount)
+    ctx.wait_for_signal("ship")
+    return charge
