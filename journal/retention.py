@@ -111,3 +111,31 @@ def purge(now: datetime | None = None, *, batch: int = 200,
     if deleted:
         log.info("retention purged %d finished run(s)", deleted)
     return deleted
+
+
+def set_rule(*, agent: str = "", status: str = "", keep_days: int, actor: str = ""):
+    """Create or change the rule for (agent, status); blank means "every"."""
+    from journal.errors import DurableError
+    from journal.models import TERMINAL_STATUSES, RetentionRule
+
+    if status and status not in TERMINAL_STATUSES:
+        raise DurableError(f"retention applies to finished runs: status must be one of "
+                           f"{', '.join(sorted(TERMINAL_STATUSES))} or blank")
+    if not isinstance(keep_days, int) or keep_days < 1:
+        raise DurableError("keep at least 1 day")
+    rule, _ = RetentionRule.objects.update_or_create(
+        agent=agent.strip(), status=status,
+        defaults={"keep_days": keep_days, "created_by": actor, "updated_at": timezone.now()})
+    return rule
+
+
+def delete_rule(rule_id: int, *, actor: str = "") -> str:
+    from journal.errors import DurableError
+    from journal.models import RetentionRule
+
+    rule = RetentionRule.objects.filter(pk=rule_id).first()
+    if rule is None:
+        raise DurableError(f"no retention rule {rule_id}")
+    label = str(rule)
+    rule.delete()
+    return label

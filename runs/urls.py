@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from runs.views import actions, approvals, audit, detail, runs, workers
+from runs.views import actions, approvals, audit, detail, retention, runs, workers
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="registration/login.html"), name="login"),
@@ -22,4 +22,8 @@ urlpatterns = [
     path("audit/", audit.audit_log, name="audit"),
     path("settings/roles/", audit.roles, name="roles"),
     path("settings/roles/set/", audit.set_role, name="set_role"),
+    path("settings/retention/", retention.retention_page, name="retention"),
+    path("settings/retention/set/", retention.retention_set, name="retention_set"),
+    path("settings/retention/<int:rule_id>/delete/", retention.retention_delete, name="retention_delete"),
+    path("settings/retention/purge/", retention.retention_purge, name="retention_purge"),
 ]

@@ -35,6 +35,10 @@ TABLE = {
     "approval_decide": ("post", OPERATORS, 200),
     "agent_act": ("post", OPERATORS, 302),
     "set_role": ("post", ADMINS, 302),
+    "retention": ("get", ADMINS, 200),
+    "retention_set": ("post", ADMINS, 302),
+    "retention_delete": ("post", ADMINS, 302),
+    "retention_purge": ("post", ADMINS, 302),
 }
 PUBLIC = {"login", "logout"}
 
@@ -59,7 +63,17 @@ def target(name: str, demo) -> tuple[str, dict]:
         "approval_decide": (reverse("approval_decide"), {"approval_id": str(approval.id), "decision": "accept"}),
         "agent_act": (reverse("agent_act", args=["dash_ok"]), {"action": "pause_agent"}),
         "set_role": (reverse("set_role"), {"username": "viewer", "role": "viewer"}),
+        "retention": (reverse("retention"), {}),
+        "retention_set": (reverse("retention_set"), {"agent": "", "status": "failed", "keep_days": "90"}),
+        "retention_delete": (reverse("retention_delete", args=[_rule_id()]), {}),
+        "retention_purge": (reverse("retention_purge"), {}),
     }[name]
+
+
+def _rule_id() -> int:
+    from journal.models import RetentionRule
+
+    return RetentionRule.objects.get_or_create(agent="nobody", status="", defaults={"keep_days": 3650})[0].pk
 
 
 def test_the_table_covers_every_dashboard_url():
