@@ -121,7 +121,7 @@ def test_recovery_sees_the_same_files_as_an_uninterrupted_run(reference, worker_
 def test_a_kill_at_a_random_moment_recovers_too(reference, worker_env, spawn_worker, roots):
     expected_output, expected_tree = reference
     run, tree = _crash_then_recover(worker_env, spawn_worker, roots, policy="selective",
-                                    kill_after=random.uniform(0.2, 1.5), slow="0.1")
+                                    kill_after=random.uniform(0.2, 1.5), slow="0.6")  # the run takes > 2.4 s
     assert run.status == "completed", run.error
     assert run.output == expected_output
     assert tree == expected_tree
