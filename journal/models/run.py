@@ -32,7 +32,8 @@ class RunQuerySet(models.QuerySet):
             Q(status=RunStatus.PENDING, paused=False)
             | Q(status=RunStatus.COMPENSATING, paused=False, lease_owner="")
             | Q(status=RunStatus.SUSPENDED, paused=False, wake_at__lte=now)
-            | Q(status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING], lease_expires_at__lt=now)
+            # A dead worker's run; a paused one waits for unpause (it holds no worker meanwhile).
+            | Q(status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING], paused=False, lease_expires_at__lt=now)
         )
 
     def stale(self, now=None):
