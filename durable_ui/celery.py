@@ -19,5 +19,7 @@ app.autodiscover_tasks(["journal"])
 SWEEP_SECONDS = float(os.environ.get("DURABLE_SWEEP_SECONDS", "5"))
 app.conf.beat_schedule = {
     "durable-sweep": {"task": "journal.tasks.sweep", "schedule": SWEEP_SECONDS},
+    "durable-retention": {"task": "journal.tasks.purge",
+                          "schedule": float(os.environ.get("DURABLE_RETENTION_INTERVAL", "3600"))},
 }
 app.conf.broker_connection_retry_on_startup = True

@@ -67,6 +67,18 @@ def sweep(limit: int = 500) -> int:
     return len(ids)
 
 
+@shared_task(name="journal.tasks.purge", ignore_result=True)
+def purge() -> int:
+    """Beat's retention schedule: delete finished runs past their rule (journal.retention)."""
+    from journal import retention
+
+    close_old_connections()
+    try:
+        return retention.purge()
+    finally:
+        close_old_connections()
+
+
 @worker_shutting_down.connect
 def _give_runs_back(**_kwargs) -> None:
     """Warm shutdown (SIGTERM): runs being driven are released at their next step boundary, so

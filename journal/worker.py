@@ -12,6 +12,7 @@ import secrets
 import socket
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -25,6 +26,7 @@ from journal.models import Run, Worker
 from journal.models.run import lease_seconds
 
 log = logging.getLogger(__name__)
+OUTCOMES_KEPT = 1000
 
 
 def make_worker_id() -> str:
@@ -46,7 +48,7 @@ class EmbeddedWorker:
         self._lock = threading.Lock()
         self._heartbeat_thread: threading.Thread | None = None
         self.completed = 0
-        self.outcomes: dict[str, str] = {}
+        self.outcomes: OrderedDict[str, str] = OrderedDict()  # the latest runs' statuses, bounded
         self.maintenance_interval = float(getattr(settings, "DURABLE_RETENTION_INTERVAL", 3600))
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -129,6 +131,8 @@ class EmbeddedWorker:
                 self._active.pop(claim.run_id, None)
                 self.completed += 1
                 self.outcomes[str(claim.run_id)] = status
+                while len(self.outcomes) > OUTCOMES_KEPT:  # a long-lived worker must not grow with history
+                    self.outcomes.popitem(last=False)
             connections.close_all()
 
     def _set_context(self, run_id, ctx) -> None:
