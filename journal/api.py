@@ -145,8 +145,13 @@ def wait(run_id, timeout: float = 30) -> Run:
     delay = 0.02
     while True:
         run = get_run(run_id)
-        if run.status in STOPPED_STATUSES or time.monotonic() >= deadline:
+        if time.monotonic() >= deadline:
             return run
+        if run.status in STOPPED_STATUSES:
+            from journal.compensation import will_compensate
+
+            if not will_compensate(run):  # failed, but its saga is about to start: not finished
+                return run
         time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
         delay = min(delay * 1.5, 0.5)
 

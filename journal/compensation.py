@@ -56,6 +56,12 @@ def _pending(run_id):
         compensation="").order_by("-position")
 
 
+def will_compensate(run) -> bool:
+    """A failed run whose worker is about to turn it into a compensating one: not finished yet."""
+    return run.status == RunStatus.FAILED and _pending(run.id).exists() and not SessionEvent.objects.filter(
+        run_id=run.id, kind=EventKind.COMPENSATION_STARTED).exists()
+
+
 def _begin_fields() -> dict[str, Any]:
     return {"status": RunStatus.COMPENSATING, "lease_owner": "", "lease_expires_at": None, "finished_at": None,
             "waiting_for": None, "wake_at": None}

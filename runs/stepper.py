@@ -93,14 +93,13 @@ def step_view(run, position: int, total: int | None = None) -> StepView:
 
 
 def _engine_state(run, position: int, checkpoint: Checkpoint | None) -> Any:
-    try:
-        import journal
+    import journal
+    from journal.checkpoints import decode_state
 
+    try:
         return journal.state_at(run.id, position).state
-    except (AttributeError, ImportError, NotImplementedError):
-        return checkpoint.state if checkpoint else None
-    except Exception:  # the engine could not rebuild it (e.g. purged blobs): fall back to the checkpoint
-        return checkpoint.state if checkpoint else None
+    except journal.DurableError:  # the engine could not rebuild it: show the checkpoint's own state, decoded
+        return decode_state(run.id, checkpoint) if checkpoint else None
 
 
 def _files(cur: Checkpoint | None, prev: Checkpoint | None, position: int) -> list[FileAtStep]:
