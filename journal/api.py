@@ -18,7 +18,16 @@ from django.utils import timezone
 from journal import registry
 from journal.dispatch import notify
 from journal.errors import BadArgumentsError, RunNotFoundError, RunStateError, SignalError
-from journal.models import TERMINAL_STATUSES, EventKind, Harness, Run, RunStatus, SessionEvent, Signal
+from journal.models import (
+    TERMINAL_STATUSES,
+    AgentPause,
+    EventKind,
+    Harness,
+    Run,
+    RunStatus,
+    SessionEvent,
+    Signal,
+)
 from journal.serialization import dumps, to_json
 
 STOPPED_STATUSES = TERMINAL_STATUSES | {RunStatus.NEEDS_ATTENTION}
@@ -74,8 +83,11 @@ def start_run(workflow: str | Callable[..., Any], args: tuple | list = (), kwarg
     if checkpoint is not None and checkpoint not in registry.CHECKPOINT_POLICIES:
         raise BadArgumentsError(f"checkpoint must be one of {registry.CHECKPOINT_POLICIES}")
     harness = harness_for(defn)
+    frozen = AgentPause.objects.filter(agent=defn.name).first()
     with transaction.atomic():
         run = Run.objects.create(
+            **({"paused": True, "paused_by": frozen.paused_by, "pause_reason": f"agent paused: {frozen.reason}"}
+               if frozen else {}),
             **({"id": run_id} if run_id else {}),  # a parent records its child's id before creating it
             agent=defn.name, harness=harness, version=defn.version, fingerprint=defn.fingerprint,
             input=run_input, durability=durability or defn.durability,

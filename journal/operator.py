@@ -23,7 +23,16 @@ from django.utils import timezone
 from journal.api import append_event, get_run
 from journal.dispatch import notify
 from journal.errors import BadArgumentsError, RunStateError
-from journal.models import TERMINAL_STATUSES, EffectStatus, EventKind, Run, RunStatus, SessionEvent, SideEffect
+from journal.models import (
+    TERMINAL_STATUSES,
+    AgentPause,
+    EffectStatus,
+    EventKind,
+    Run,
+    RunStatus,
+    SessionEvent,
+    SideEffect,
+)
 from journal.serialization import fingerprint, to_json
 
 HELD_STATUSES = (RunStatus.RUNNING, RunStatus.COMPENSATING)
@@ -129,7 +138,10 @@ def unpause(run_id, *, actor: str = "", reason: str = "") -> Run:
 
 
 def pause_agent(agent: str, *, actor: str = "", reason: str = "") -> int:
-    """Pause every live run of ``agent`` (an incident freeze); returns how many were paused."""
+    """Freeze ``agent`` (an incident): pause every live run, and runs started meanwhile start paused.
+
+    Returns how many live runs were paused."""
+    AgentPause.objects.update_or_create(agent=agent, defaults={"paused_by": actor, "reason": reason})
     count = 0
     for run_id in Run.objects.filter(agent=agent, status__in=PAUSABLE_STATUSES, paused=False).values_list(
             "id", flat=True):
@@ -142,7 +154,8 @@ def pause_agent(agent: str, *, actor: str = "", reason: str = "") -> int:
 
 
 def unpause_agent(agent: str, *, actor: str = "", reason: str = "") -> int:
-    """Unpause every paused run of ``agent``; returns how many were unpaused."""
+    """Lift the freeze on ``agent`` and unpause its paused runs; returns how many were unpaused."""
+    AgentPause.objects.filter(agent=agent).delete()
     count = 0
     for run_id in Run.objects.filter(agent=agent, paused=True).exclude(status__in=TERMINAL_STATUSES).values_list(
             "id", flat=True):

@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 import journal
-from journal.models import EffectStatus, EventKind, Run, RunStatus, SessionEvent, SideEffect
+from journal.models import AgentPause, EffectStatus, EventKind, Run, RunStatus, SessionEvent, SideEffect
 from journal.worker import EmbeddedWorker
 from tests.agents import timetravel as agents
 from tests.conftest import wait_for
@@ -89,9 +89,13 @@ def test_pause_and_unpause_every_run_of_an_agent(drive):
     drive()
     assert [journal.get_run(r).status for r in runs] == [RunStatus.PENDING] * 3
     assert journal.get_run(other).status == RunStatus.COMPLETED
-    assert journal.unpause_agent("tt-pipeline", actor="alice") == 3
+    late = journal.start("tt-pipeline", 1)  # started during the freeze: it starts paused
     drive()
-    assert [journal.get_run(r).status for r in runs] == [RunStatus.COMPLETED] * 3
+    assert journal.get_run(late).paused and journal.get_run(late).status == RunStatus.PENDING
+    assert journal.unpause_agent("tt-pipeline", actor="alice") == 4
+    drive()
+    assert [journal.get_run(r).status for r in [*runs, late]] == [RunStatus.COMPLETED] * 4
+    assert journal.start("tt-pipeline", 1) and not AgentPause.objects.exists()
 
 
 def test_retry_a_failed_run_from_its_failure_point(drive, test_dir):

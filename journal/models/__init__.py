@@ -3,7 +3,7 @@
 from journal.models.approvals import OPEN_APPROVAL_STATUSES, Approval, ApprovalDecision, ApprovalStatus
 from journal.models.checkpoint import Blob, Checkpoint, CheckpointDecision
 from journal.models.effects import EffectStatus, SideEffect
-from journal.models.harness import Harness, Worker, WorkerKind
+from journal.models.harness import AgentPause, Harness, Worker, WorkerKind
 from journal.models.retention import RetentionRule
 from journal.models.run import LIVE_STATUSES, TERMINAL_STATUSES, Run, RunStatus
 from journal.models.sandbox import Sandbox, SandboxCommand
@@ -12,6 +12,7 @@ from journal.models.signals import Signal
 from journal.models.trace import SpanKind, TraceSpan
 
 __all__ = [
+    "AgentPause",
     "Approval",
     "ApprovalDecision",
     "ApprovalStatus",

@@ -50,3 +50,15 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class AgentPause(models.Model):
+    """An agent frozen by an operator: its live runs are paused and runs started meanwhile start paused."""
+
+    agent = models.CharField(max_length=200, unique=True)
+    paused_by = models.CharField(max_length=150, blank=True)
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.agent} paused by {self.paused_by or '?'}"

@@ -16,7 +16,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from journal.models import TERMINAL_STATUSES, Harness, Run, RunStatus, Worker
+from journal.models import TERMINAL_STATUSES, AgentPause, Harness, Run, RunStatus, Worker
 from journal.models.run import lease_seconds
 from runs import charts
 from runs.permissions import operator_required, viewer_required
@@ -51,6 +51,7 @@ def workers(request: HttpRequest) -> HttpResponse:
         "agents": dict(agents), "workers": [{"worker": w, "runs": held.get(w.id, []),
                                             "age": (now - w.heartbeat_at).total_seconds()} for w in worker_rows],
         "stopped": recent_dead, "paused_agents": _paused_agents(), "days": OVERVIEW_DAYS,
+        "frozen_agents": dict(AgentPause.objects.values_list("agent", "paused_by")),
     }
     return render(request, "runs/workers.html", context)
 
