@@ -16,6 +16,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/act/<slug:action>/", actions.run_action, name="run_act"),
     path("approvals/", approvals.inbox, name="approvals"),
     path("approvals/decide/", approvals.decide, name="approval_decide"),
+    path("approvals/badge/", approvals.badge, name="approvals_badge"),
     path("workers/", workers.workers, name="workers"),
     path("agents/<str:agent>/act/", workers.agent_action, name="agent_act"),
     path("overview/", workers.overview, name="overview"),

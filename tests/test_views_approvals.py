@@ -104,3 +104,16 @@ def test_inbox_query_count_does_not_grow_with_rows(client, personas, drive, djan
             c.get(reverse("approvals"))
         counts.append(len(ctx))
     assert counts[0] == counts[1], counts
+
+
+def test_the_navigation_badge_is_a_polled_fragment_that_counts_waiting_decisions(personas, drive):
+    from django.test import Client
+
+    make_demo_runs(drive)
+    client = Client()
+    client.force_login(personas["viewer"])
+    page = client.get(reverse("run_list")).content.decode()
+    assert 'hx-get="/approvals/badge/"' in page
+    fragment = client.get(reverse("approvals_badge"), HTTP_HX_REQUEST="true").content.decode()
+    assert fragment.startswith('<span id="approvals-badge"') and 'class="badge"' in fragment
+    assert "<html" not in fragment

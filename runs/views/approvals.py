@@ -59,6 +59,13 @@ def pending_count() -> int:
 
 @require_GET
 @viewer_required
+def badge(request: HttpRequest) -> HttpResponse:
+    """The navigation's count of waiting decisions, polled so it stays true without a reload."""
+    return render(request, "base.html#badge", {"approvals_badge": pending_count()})
+
+
+@require_GET
+@viewer_required
 def inbox(request: HttpRequest) -> HttpResponse:
     context = {"approvals": pending_approvals(), "waits": signal_waits()}
     if request.htmx and request.GET.get("fragment") == "list":
