@@ -38,6 +38,21 @@ def _isolated_registry():
 
 
 @pytest.fixture(autouse=True)
+def _no_leaked_workers():
+    """A worker thread left running by one test would steal the next test's runs: fail where it leaks."""
+    yield
+    import threading
+
+    def leaked():
+        return [t.name for t in threading.enumerate() if t.name.startswith(("durable-", "journal-writer"))]
+
+    wait_for_end = time.monotonic() + 30
+    while leaked() and time.monotonic() < wait_for_end:
+        time.sleep(0.1)
+    assert not leaked(), f"worker threads still running after the test: {leaked()}"
+
+
+@pytest.fixture(autouse=True)
 def _faults_reset(monkeypatch):
     from journal import faults
 
@@ -103,7 +118,11 @@ class WorkerProcess:
         return self.proc.wait(timeout=timeout)
 
     def wait(self, timeout: float = 120) -> int:
-        return self.proc.wait(timeout=timeout)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker {self.proc.pid} still running after {timeout}s; its log:\n"
+                                 f"{self.log()[-3000:]}") from None
 
     @property
     def alive(self) -> bool:
