@@ -19,7 +19,7 @@ class SpanKind(models.TextChoices):
 
 
 class TraceSpan(models.Model):
-    run = models.ForeignKey("journal.Run", on_delete=models.CASCADE, related_name="spans")
+    run = models.ForeignKey("journal.Run", on_delete=models.CASCADE, related_name="spans", db_index=False)
     span_id = models.CharField(max_length=32)
     parent_span_id = models.CharField(max_length=32, blank=True)
     name = models.CharField(max_length=200)
