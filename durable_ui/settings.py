@@ -1,5 +1,6 @@
 """Settings for durable-ui, read from the environment (see README "Configuration")."""
 
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -94,7 +95,17 @@ LOGOUT_REDIRECT_URL = "login"
 DURABLE_AGENT_MODULES = env_list("DURABLE_AGENT_MODULES", [])
 DURABLE_LEASE_SECONDS = env_int("DURABLE_LEASE_SECONDS", 30, minimum=1, maximum=30)
 DURABLE_MAX_PAYLOAD_BYTES = env_int("DURABLE_MAX_PAYLOAD_BYTES", 1_000_000, minimum=1024)
-DURABLE_SANDBOX_ROOT = env_str("DURABLE_SANDBOX_ROOT", str(BASE_DIR / "var" / "sandboxes"))
+def _default_sandbox_root() -> str:
+    """var/sandboxes in the checkout, unless a parent folder is closed to other users (a 0700 home):
+    sandboxed commands run as an unprivileged uid that must be able to reach its directory."""
+    import hashlib
+
+    if all(os.stat(p).st_mode & 0o001 for p in BASE_DIR.parents if p.exists()):
+        return str(BASE_DIR / "var" / "sandboxes")
+    return f"/var/tmp/durable-ui-{hashlib.sha256(str(BASE_DIR).encode()).hexdigest()[:8]}/sandboxes"
+
+
+DURABLE_SANDBOX_ROOT = env_str("DURABLE_SANDBOX_ROOT", "") or _default_sandbox_root()
 DURABLE_READ_ONLY = env_bool("DURABLE_READ_ONLY", False)
 DURABLE_RETENTION_INTERVAL = env_int("DURABLE_RETENTION_INTERVAL", 3600, minimum=60)  # seconds between purges
 
