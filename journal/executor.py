@@ -98,6 +98,8 @@ def _drive(ctx: Context, run: Run, claim: Claim, worker_id: str) -> str:
     kind = EventKind.RUN_RECOVERED if claim.recovered_from else EventKind.RUN_CLAIMED
     writer.record(kind, {"attempt": run.attempts, "epoch": claim.epoch, "previous_worker": claim.recovered_from},
                   actor=worker_id, durability="exit")
+    if claim.recovered_from:
+        _recover_spans(ctx)
     try:
         if run.status == RunStatus.COMPENSATING:
             from journal.compensation import compensate_run
@@ -152,6 +154,27 @@ def _drive(ctx: Context, run: Run, claim: Claim, worker_id: str) -> str:
 
         after_failure(ctx)
         return status
+
+
+def _recover_spans(ctx: Context) -> None:
+    """A dead worker's last spans were still buffered (the trace rides on later writes); rebuild them
+    from the journal records, which always made it, so the trace has no hole where the crash was."""
+    from datetime import datetime
+
+    from journal.models import TraceSpan
+    from journal.replay import span
+
+    traced = TraceSpan.objects.filter(run_id=ctx.run.id, position__isnull=False).order_by("-position") \
+        .values_list("position", flat=True).first() or 0
+    for position in sorted(p for p in ctx.recorded if p > traced):
+        record = ctx.recorded[position]
+        payload = record["payload"]
+        if "started_at" not in payload:
+            continue
+        span(ctx, record["step_name"], "effect" if payload.get("kind") == "effect" else "step", position,
+             datetime.fromisoformat(payload["started_at"]), float(payload.get("duration_ms", 0)),
+             status="error" if "error" in payload else "ok", attempt=payload.get("attempt", 1),
+             attributes={"rebuilt_from_journal": True})
 
 
 def _common_fields(ctx: Context) -> dict[str, Any]:

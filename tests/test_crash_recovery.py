@@ -107,3 +107,18 @@ def test_effect_with_retry_policy_is_retried_under_the_same_key(tmp_path, worker
     assert run.status == RunStatus.COMPLETED, run.error
     assert _counts(tmp_path)[f"effect-retry {run_id}:2"] == 2  # same key both times: the outside system dedups
     assert SideEffect.objects.get(run_id=run_id).attempts == 2
+
+
+def test_the_trace_has_no_hole_where_the_crash_was(tmp_path, worker_env, spawn_worker):
+    from journal.models import TraceSpan
+
+    run_id = journal.start("twelve", 12, 0)
+    first = spawn_worker(worker_env(AGENTS, DURABLE_FAULTS="after_commit:position=10;kind=step_completed"))
+    assert first.wait(timeout=60) == -9
+    assert TraceSpan.objects.filter(run_id=run_id).count() < 10  # the dead worker's spans were still buffered
+    run = _finish(worker_env(AGENTS), spawn_worker, run_id)
+    assert run.status == RunStatus.COMPLETED, run.error
+    positions = sorted(TraceSpan.objects.filter(run_id=run_id, position__isnull=False)
+                       .values_list("position", flat=True))
+    assert positions == list(range(1, 13))
+    assert TraceSpan.objects.filter(run_id=run_id, attributes__rebuilt_from_journal=True).count() == 10
