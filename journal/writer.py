@@ -88,11 +88,30 @@ def fenced_append(run_id: uuid.UUID, epoch: int, entries: list[Entry]) -> None:
         created: Any = e.created_at if pg else _sqlite_datetime(e.created_at)
         params += [run_param, e.seq, e.kind, e.position, e.step_name, e.payload, e.actor, created]
     params += [run_param, epoch]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        inserted = cursor.rowcount
+    if pg and len(entries) >= COPY_ROWS and connection.in_atomic_block:
+        inserted = _copy_fenced(run_id, epoch, entries)
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            inserted = cursor.rowcount
     if inserted != len(entries):
         raise LeaseLost(f"run {run_id} was claimed by another worker (epoch {epoch} is stale)")
+
+
+COPY_ROWS = 8  # PostgreSQL batches this large go in by COPY: binary rows, no SQL to quote and parse
+
+
+def _copy_fenced(run_id: uuid.UUID, epoch: int, entries: list[Entry]) -> int:
+    """The fence as its own locking read (the caller's transaction keeps the share lock until it
+    commits, exactly as the one-statement form does), then the rows by COPY."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM journal_run WHERE id = %s AND epoch = %s FOR SHARE", [run_id, epoch])
+        if cursor.fetchone() is None:
+            return 0
+        with cursor.cursor.copy(f"COPY journal_sessionevent ({_COLS}) FROM STDIN") as copy:
+            for e in entries:
+                copy.write_row((run_id, e.seq, e.kind, e.position, e.step_name, e.payload, e.actor, e.created_at))
+    return len(entries)
 
 
 class JournalWriter:
@@ -105,7 +124,8 @@ class JournalWriter:
         self.mode = mode
         self._pending: list[Entry] = []  # not yet handed to the database
         self._spans: list[dict] = []
-        self._lock = threading.Lock()  # guards _pending and the order of writes
+        self._lock = threading.Lock()  # guards _pending and _spans; held only to append or take
+        self._write_lock = threading.Lock()  # one write at a time, in seq order
         self._wake = threading.Condition(self._lock)
         self._flusher: threading.Thread | None = None
         self._closing = False
@@ -150,19 +170,18 @@ class JournalWriter:
                 return seq
             if mode == "exit" and extra is None:
                 return seq
-            self._write_pending_locked(extra)
+        self._flush(extra)
         return seq
 
     def add_span(self, span: dict) -> None:
-        self._spans.append(span)
+        with self._lock:
+            self._spans.append(span)
 
     def barrier(self, extra: Callable[[], None] | None = None) -> None:
         """Make everything recorded so far durable (and run ``extra`` in that transaction)."""
         if self.lost is not None:
             raise LeaseLost(str(self.lost))
-        with self._lock:
-            if self._pending or self._spans or extra is not None:
-                self._write_pending_locked(extra, spans=True)
+        self._flush(extra, spans=True)
 
     def close(self) -> None:
         with self._lock:
@@ -172,12 +191,20 @@ class JournalWriter:
             self._flusher.join(timeout=30)
 
     # -- writing ---------------------------------------------------------------------
-    def _write_pending_locked(self, extra: Callable[[], None] | None, spans: bool = False) -> None:
-        batch, self._pending = self._pending, []
-        take_spans = spans or extra is not None or len(self._spans) >= SPAN_BATCH
-        span_batch: list[dict] = []
-        if take_spans:
-            span_batch, self._spans = self._spans, []
+    def _flush(self, extra: Callable[[], None] | None, spans: bool = False) -> None:
+        """Write what is pending, in order. Writes are serialised by ``_write_lock``; ``_lock`` is
+        held only to take the batch, so the driving thread keeps recording (async mode) while
+        the background thread waits for its commit."""
+        with self._write_lock:
+            with self._lock:
+                batch, self._pending = self._pending, []
+                span_batch: list[dict] = []
+                if spans or extra is not None or len(self._spans) >= SPAN_BATCH:
+                    span_batch, self._spans = self._spans, []
+            if batch or span_batch or extra is not None:
+                self._write(batch, span_batch, extra)
+
+    def _write(self, batch: list[Entry], span_batch: list[dict], extra: Callable[[], None] | None) -> None:
         last = batch[-1] if batch else None
         faults.inject("before_commit", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
         try:
@@ -221,14 +248,14 @@ class JournalWriter:
                         self._wake.wait()
                     if not self._pending and self._closing:
                         return
-                    try:
-                        self._write_pending_locked(None)
-                    except LeaseLost:
-                        return
-                    except Exception as exc:  # keep the error for the driving thread
-                        log.exception("async journal writer failed for run %s", self.run_id)
-                        self.lost = exc
-                        return
+                try:
+                    self._flush(None)
+                except LeaseLost:
+                    return
+                except Exception as exc:  # keep the error for the driving thread
+                    log.exception("async journal writer failed for run %s", self.run_id)
+                    self.lost = exc
+                    return
         finally:
             connections.close_all()
 
@@ -245,6 +272,18 @@ def _insert_spans(run_id: uuid.UUID, spans: list[dict]) -> None:
     from decimal import Decimal
 
     pg = connection.vendor == "postgresql"
+    if pg and len(spans) >= COPY_ROWS:
+        with connection.cursor() as cursor, cursor.cursor.copy(
+                f"COPY journal_tracespan (run_id, {', '.join(_SPAN_COLS)}) FROM STDIN") as copy:
+            for span in spans:
+                row = [run_id]
+                for col in _SPAN_COLS:
+                    value = span.get(col, _SPAN_DEFAULTS.get(col))
+                    if col == "attributes":
+                        value = json.dumps(value or {}, separators=(",", ":"), default=str)
+                    row.append(value)
+                copy.write_row(row)
+        return
     placeholders = ", ".join(["%s::jsonb" if pg and c == "attributes" else "%s" for c in ("run_id", *_SPAN_COLS)])
     sql = f"INSERT INTO journal_tracespan (run_id, {', '.join(_SPAN_COLS)}) VALUES ({placeholders})"
     rows = []
