@@ -113,9 +113,13 @@ class WorkerProcess:
         self.proc.wait(timeout=30)
 
     def terminate(self, timeout: float = 60) -> int:
+        """SIGTERM; 0 when the worker shut down cleanly. A worker still booting (Django not set up, its
+        handler not installed) dies of the signal holding nothing, which is a clean stop too."""
+        booted = "concurrency" in self.log()  # the line runworker prints once its handler is installed
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout)
+        code = self.proc.wait(timeout=timeout)
+        return 0 if code == -signal.SIGTERM and not booted else code
 
     def wait(self, timeout: float = 120) -> int:
         try:
