@@ -23,8 +23,13 @@ class Command(BaseCommand):
 
     def handle(self, *args, concurrency, until_idle, poll, worker_id, **options):
         worker = EmbeddedWorker(concurrency=concurrency, poll_interval=poll, worker_id=worker_id)
-        signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
-        signal.signal(signal.SIGINT, lambda *_: worker.request_stop())
+        def stop(*_args) -> None:
+            # A signal handler runs in the main thread between two bytecodes, possibly while that
+            # thread holds the worker's lock: stop from another thread, which can wait for it.
+            threading.Thread(target=worker.request_stop, name="stop-request", daemon=True).start()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
         self.stdout.write(f"worker {worker.id}: concurrency {concurrency}, lease {worker.ttl}s")
         self.stdout.flush()
         driven = worker.run(until_idle=until_idle)
