@@ -53,6 +53,12 @@ def _no_leaked_workers():
 
 
 @pytest.fixture(autouse=True)
+def _test_dir(tmp_path, monkeypatch):
+    """Agents' execution logs go to this test's directory; worker processes get the same one (worker_env)."""
+    monkeypatch.setenv("DURABLE_TEST_DIR", str(tmp_path))
+
+
+@pytest.fixture(autouse=True)
 def _faults_reset(monkeypatch):
     from journal import faults
 

@@ -20,11 +20,6 @@ from tests.conftest import wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(autouse=True)
-def _log_dir(tmp_path, monkeypatch):
-    """The agents' execution log goes to this test's directory (worker processes get the same one)."""
-    monkeypatch.setenv("DURABLE_TEST_DIR", str(tmp_path))
-
 
 def _suspended_approval(drive, **kwargs):
     run_id = journal.start("approve-me", **kwargs)

@@ -10,10 +10,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 AGENTS = "tests.agents.waiting"
 
 
-@pytest.fixture(autouse=True)
-def _log_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("DURABLE_TEST_DIR", str(tmp_path))
-
 
 def test_child_result_returns_to_the_parent_which_waited_suspended(drive):
     run_id = journal.start("square-parent", 7)

@@ -18,11 +18,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ALL = ["runs:start", "runs:read", "signals:send", "approvals:decide"]
 
 
-@pytest.fixture(autouse=True)
-def _log_dir(tmp_path, monkeypatch):
-    """The agents' execution log goes to this test's directory (worker processes get the same one)."""
-    monkeypatch.setenv("DURABLE_TEST_DIR", str(tmp_path))
-
 
 @pytest.fixture
 def client():

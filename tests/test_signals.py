@@ -11,11 +11,6 @@ from tests.agents import waiting  # noqa: F401  (registers the agents)
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(autouse=True)
-def _log_dir(tmp_path, monkeypatch):
-    """The agents' execution log goes to this test's directory (worker processes get the same one)."""
-    monkeypatch.setenv("DURABLE_TEST_DIR", str(tmp_path))
-
 
 def test_wait_suspends_without_a_thread_and_a_signal_resumes_it(drive):
     run_id = journal.start("wait-signal")

@@ -13,11 +13,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 AGENTS = "tests.agents.waiting"
 
 
-@pytest.fixture(autouse=True)
-def _log_dir(tmp_path, monkeypatch):
-    """The agents' execution log goes to this test's directory (worker processes get the same one)."""
-    monkeypatch.setenv("DURABLE_TEST_DIR", str(tmp_path))
-
 
 def test_sleep_suspends_with_a_wake_time_and_the_worker_wakes_it(drive):
     run_id = journal.start("sleeper", 0.5)
