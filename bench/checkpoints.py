@@ -52,9 +52,9 @@ from django.db.models import Sum  # noqa: E402
 
 import journal  # noqa: E402
 import tests.agents.coderepair  # noqa: E402, F401
+from journal.driver.worker import EmbeddedWorker  # noqa: E402
+from journal.engine.restore import scan_manifest  # noqa: E402
 from journal.models import Checkpoint, Run  # noqa: E402
-from journal.restore import scan_manifest  # noqa: E402
-from journal.worker import EmbeddedWorker  # noqa: E402
 
 AGENT = "tests.agents.coderepair"
 MODES = {"selective": ("selective", True), "every": ("every", True), "journal only": ("selective", False)}

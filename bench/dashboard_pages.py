@@ -41,8 +41,8 @@ from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 import journal  # noqa: E402
+from journal.driver.worker import EmbeddedWorker  # noqa: E402
 from journal.models import Run  # noqa: E402
-from journal.worker import EmbeddedWorker  # noqa: E402
 
 STATUSES = ["completed"] * 80 + ["failed"] * 8 + ["suspended"] * 6 + ["running"] * 3 + ["cancelled"] * 3
 AGENTS = ["contracts", "coderepair", "research", "triage"]

@@ -36,7 +36,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 import journal  # noqa: E402
-from journal.worker import EmbeddedWorker  # noqa: E402
+from journal.driver.worker import EmbeddedWorker  # noqa: E402
 
 
 @journal.step()

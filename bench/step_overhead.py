@@ -64,7 +64,7 @@ def measure(steps: int, repeat: int) -> dict:
     from django.db import connection
 
     call_command("migrate", verbosity=0)
-    from journal import executor, leases
+    from journal.driver import executor, leases
 
     def floor_once() -> float:
         """The same record into the same table (same indexes), one plain INSERT + COMMIT per step:

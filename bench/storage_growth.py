@@ -36,8 +36,8 @@ from django.db import connection  # noqa: E402
 from django.db.models import Sum  # noqa: E402
 
 import journal  # noqa: E402
+from journal.driver.worker import EmbeddedWorker  # noqa: E402
 from journal.models import Blob, Checkpoint, SessionEvent  # noqa: E402
-from journal.worker import EmbeddedWorker  # noqa: E402
 
 MESSAGE = 1024
 

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from journal.llm_clients import ChatClient, Responder, default_client
+from journal.primitives.llm_clients import ChatClient, Responder, default_client
 
 
 def client_for(responder: Responder, model: str = "scripted-small", *, pace: float = 0.0) -> ChatClient:

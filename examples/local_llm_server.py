@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from journal.llm_clients import Responder, ScriptedClient
+from journal.primitives.llm_clients import Responder, ScriptedClient
 
 
 class LocalModelServer:

@@ -25,7 +25,7 @@ from typing import Any
 
 import journal
 from examples.llm import client_for, system_tag
-from journal.tools import agent_loop, tool
+from journal.primitives.tools import agent_loop, tool
 
 CORPUS = [
     {"id": "S1", "title": "Durable execution, explained",

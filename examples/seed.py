@@ -6,7 +6,7 @@ reaches the state it is meant to show; nothing is written into the journal by ha
 =================  ===========================================================================
 completed          a research report, a 12-contract review, a code repair that went green
 forked             the research run forked at its synthesis step onto another model
-                   (``journal.llm.fork_with_model``): compare the two side by side
+                   (``journal.operations.whatif.fork_with_model``): compare the two side by side
 suspended          a contract review waiting in the approvals inbox for a high-risk contract
 failed             a contract review stopped at an unreadable scan: step through it, fork it
 compensated        a research run whose fact check failed after publishing: the report was
@@ -78,7 +78,7 @@ def database_url() -> str:
 
 def drive_until(done: Callable[[], bool], *, timeout: float = 120.0, concurrency: int = 2) -> None:
     """Drive runs with an in-process EmbeddedWorker until ``done()`` or the timeout."""
-    from journal.worker import EmbeddedWorker
+    from journal.driver.worker import EmbeddedWorker
 
     end = time.monotonic() + timeout
     while not done():
@@ -136,7 +136,7 @@ def seed(*, contracts: int | None = None, leave_running: bool = True, log: Calla
     drive_until(lambda: all(_status(r) in settled for r in out.runs.values()))
 
     log("seeding: a counterfactual fork of the research run on another model …")
-    from journal.llm import fork_with_model
+    from journal.operations.whatif import fork_with_model
 
     research_id = out.runs["completed_research"]
     synthesis = (SessionEvent.objects.steps().filter(run_id=research_id, step_name__startswith="model:")
@@ -161,7 +161,7 @@ def seed(*, contracts: int | None = None, leave_running: bool = True, log: Calla
 
 def _drive_for(seconds: float) -> None:
     """Drive for a while, then stop: runs still in flight are given back at a step boundary."""
-    from journal.worker import EmbeddedWorker
+    from journal.driver.worker import EmbeddedWorker
 
     worker = EmbeddedWorker(concurrency=2, poll_interval=0.05)
     thread = threading.Thread(target=worker.run, kwargs={"max_seconds": seconds}, daemon=True)

@@ -7,6 +7,9 @@ class JournalConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from journal import checks, discovery  # noqa: F401  (registers system checks)
+        # Imported here because Django's app loading requires it: these modules import models.
+        from journal.integrations import checks, discovery, tasks  # noqa: F401  (checks registers system checks)
+        from journal.store import doorbell
 
+        doorbell.set_backend(tasks.ring)  # the seam: the store rings, Celery (a higher floor) answers
         discovery.autodiscover()

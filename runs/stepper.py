@@ -60,7 +60,7 @@ def _result(record: SessionEvent | None) -> Any:
     if "error" in payload:
         return {"error": payload["error"]}
     if "result_ref" in payload:
-        from journal.blobs import load_json
+        from journal.store.blobs import load_json
 
         try:
             return load_json(payload["result_ref"])
@@ -94,7 +94,7 @@ def step_view(run, position: int, total: int | None = None) -> StepView:
 
 def _engine_state(run, position: int, checkpoint: Checkpoint | None) -> Any:
     import journal
-    from journal.checkpoints import decode_state
+    from journal.engine.checkpoints import decode_state
 
     try:
         return journal.state_at(run.id, position).state
@@ -125,7 +125,7 @@ def _files(cur: Checkpoint | None, prev: Checkpoint | None, position: int) -> li
         if status != "unchanged":
             wanted += [h for h in (before.get(path), now.get(path)) if isinstance(h, str)]
     if wanted:
-        from journal.blobs import get_many
+        from journal.store.blobs import get_many
 
         blobs = get_many(wanted)
         for f in out:

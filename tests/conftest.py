@@ -30,7 +30,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _isolated_registry():
     """Workflows defined by one test do not leak into the next."""
-    from journal import registry
+    from journal.engine import registry
 
     snap = registry.snapshot()
     yield
@@ -60,7 +60,7 @@ def _test_dir(tmp_path, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _faults_reset(monkeypatch):
-    from journal import faults
+    from journal.store import faults
 
     monkeypatch.delenv("DURABLE_FAULTS", raising=False)
     faults.reload()
@@ -159,7 +159,7 @@ def spawn_worker(tmp_path):
 @pytest.fixture
 def drive():
     """Drive runs in this process until nothing is runnable (a real EmbeddedWorker, in threads)."""
-    from journal.worker import EmbeddedWorker
+    from journal.driver.worker import EmbeddedWorker
 
     def run(concurrency: int = 2, **kwargs) -> EmbeddedWorker:
         worker = EmbeddedWorker(concurrency=concurrency, poll_interval=0.02, **kwargs)

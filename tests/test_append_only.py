@@ -5,7 +5,7 @@ from django.db import DatabaseError, connection, transaction
 
 import journal
 from journal.models import AppendOnlyError, EventKind, SessionEvent
-from journal.retention import allow_deletes
+from journal.operations.retention import allow_deletes
 from tests.agents import crashy  # noqa: F401  (registers the agents)
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -5,15 +5,15 @@ import time
 import pytest
 
 import journal
-from journal.approvals import (
+from journal.models import Approval, ApprovalDecision, ApprovalStatus, EventKind, RunStatus, SessionEvent
+from journal.operations.approvals import (
     ApprovalClosedError,
-    ApprovalExpired,
     ApprovalNotFoundError,
     ApprovalPermissionError,
     DuplicateVoteError,
     pending_approvals,
 )
-from journal.models import Approval, ApprovalDecision, ApprovalStatus, EventKind, RunStatus, SessionEvent
+from journal.primitives.approvals import ApprovalExpired
 from tests.agents import waiting
 from tests.conftest import wait_for
 
@@ -127,7 +127,7 @@ def test_expiry_can_escalate_to_another_role(drive):
 
 def test_decision_made_before_the_run_finished_suspending_is_not_lost(drive, monkeypatch):
     """The suspension's transaction re-checks the approval: a decision that raced it wakes the run."""
-    from journal import approvals
+    from journal.primitives import approvals
 
     original = approvals._expire_if_due
     raced = []

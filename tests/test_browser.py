@@ -110,7 +110,7 @@ def test_operator_filters_opens_a_failed_run_steps_with_the_keyboard_and_forks(p
 
 
 def test_approve_from_the_inbox_and_watch_the_run_complete_without_reloading(page, live_server, personas, drive):
-    from journal.worker import EmbeddedWorker
+    from journal.driver.worker import EmbeddedWorker
 
     run_id = journal.start("dash_review", "launch-plan.md")
     drive()

@@ -152,7 +152,7 @@ def test_a_celery_worker_killed_mid_run_is_recovered_by_another(celery_env, spaw
 
 def test_duplicate_and_stale_messages_are_harmless(celery_env, spawn_celery):
     """The lease decides: many messages for one run drive it once; messages for finished runs do nothing."""
-    from journal.tasks import advance_run
+    from journal.integrations.tasks import advance_run
 
     worker = spawn_celery(celery_env, "worker", "a")
     run_id = journal.start("slow-steps", 3, 0.2)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import journal
-from journal import checkpoints
+from journal.engine import checkpoints
+from journal.engine.restore import restore_sandbox, sandbox_root
 from journal.models import Blob, Checkpoint, EventKind, SessionEvent
-from journal.restore import restore_sandbox, sandbox_root
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

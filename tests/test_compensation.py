@@ -136,7 +136,7 @@ def test_compensate_refuses_a_run_with_nothing_to_undo(drive):
 def test_a_running_run_cancelled_at_a_step_boundary_is_compensated_when_its_workflow_asks():
     import threading
 
-    from journal.worker import EmbeddedWorker
+    from journal.driver.worker import EmbeddedWorker
 
     run_id = journal.start("saga-long", ["a", "b"])
     worker = EmbeddedWorker(concurrency=1, poll_interval=0.02, ttl=3)

@@ -57,7 +57,7 @@ def test_demo_seeding_reaches_every_run_state_and_prints_the_logins(monkeypatch,
     # the long run was left part-way; a worker (as `manage.py demo` starts one) shows it running
     long_run = Run.objects.get(input__kwargs__size=120)
     assert long_run.status == "pending" and 0 < long_run.progress["done"] < 120
-    from journal.worker import EmbeddedWorker
+    from journal.driver.worker import EmbeddedWorker
 
     worker = EmbeddedWorker(concurrency=1, poll_interval=0.05)
     thread = threading.Thread(target=worker.run, kwargs={"max_seconds": 30}, daemon=True)

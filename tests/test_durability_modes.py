@@ -7,7 +7,7 @@ import pytest
 
 import journal
 from journal.models import EffectStatus, EventKind, RunStatus, SessionEvent, SideEffect
-from journal.writer import JournalWriter
+from journal.store.writer import JournalWriter
 from tests.agents import crashy
 from tests.conftest import wait_for
 
@@ -53,10 +53,10 @@ def test_a_crash_loses_at_most_plain_steps_after_the_last_flush_and_never_an_eff
 
 
 def test_async_mode_writes_steps_in_batches_on_a_background_thread():
-    from journal.executor import Claim  # noqa: F401  (the writer is independent of the executor)
+    from journal.driver.executor import Claim  # noqa: F401  (the writer is independent of the executor)
 
     run_id = journal.start("twelve_async")
-    from journal import leases
+    from journal.driver import leases
 
     [claim] = leases.claim("bench-worker", 1)
     writer = JournalWriter(claim.run_id, claim.epoch, next_seq=2, mode="async")

@@ -35,8 +35,8 @@ def test_portfolio_is_deterministic_and_sized():
 
 
 def test_pipeline_drafts_criticises_escalates_and_checkpoints_each_contract(monkeypatch, tmp_path, drive):
-    from journal.approvals import decide
     from journal.models import Checkpoint, Run, SessionEvent, SideEffect
+    from journal.operations.approvals import decide
 
     monkeypatch.setenv("DURABLE_EXAMPLES_OUTBOX", str(tmp_path))
     monkeypatch.delenv("DURABLE_LLM_BASE_URL", raising=False)

@@ -60,8 +60,8 @@ def test_research_searches_reads_synthesizes_and_publishes_once(model_server, dr
 
 
 def test_research_fork_with_another_model_replays_the_history_and_calls_only_the_rest(model_server, drive):
-    from journal.llm import compare_runs, fork_with_model
     from journal.models import Run
+    from journal.operations.whatif import compare_runs, fork_with_model
 
     run_id = journal.start("research", "sagas and compensation")
     drive()
@@ -95,8 +95,8 @@ def test_research_fork_with_another_model_replays_the_history_and_calls_only_the
 
 
 def test_a_fork_with_other_parameters_keeps_the_model_and_changes_the_parameters(model_server, drive):
-    from journal.llm import compare_runs, fork_with_model
     from journal.models import Run
+    from journal.operations.whatif import compare_runs, fork_with_model
 
     run_id = journal.start("research", "agents that wait for humans")
     drive()

@@ -86,8 +86,8 @@ def test_effects_before_the_fork_point_are_not_repeated(drive):
 
 
 def test_fork_restores_the_sandbox_and_state_of_the_prefix(drive):
-    from journal.checkpoints import files_at, state_at_checkpoint
-    from journal.restore import sandbox_root
+    from journal.engine.checkpoints import files_at, state_at_checkpoint
+    from journal.engine.restore import sandbox_root
 
     parent = journal.start("tt-files")  # write (1), add (2), write (3), verdict (4), write (5), list (6)
     drive()

@@ -10,10 +10,10 @@ import pytest
 from django.utils import timezone
 
 import journal
-from journal import leases
-from journal.errors import LeaseLost
+from journal.driver import leases
 from journal.models import EventKind, Run, RunStatus, SessionEvent, Worker
-from journal.writer import JournalWriter
+from journal.store.errors import LeaseLost
+from journal.store.writer import JournalWriter
 from tests.agents import crashy
 from tests.conftest import wait_for
 

@@ -8,7 +8,7 @@ import pytest
 
 import journal
 from examples.local_llm_server import LocalModelServer
-from journal.llm_clients import ModelError, OpenAIClient, ScriptedClient, cost_of
+from journal.primitives.llm_clients import ModelError, OpenAIClient, ScriptedClient, cost_of
 
 
 def weather_responder(messages, tools, params):
@@ -178,8 +178,8 @@ def long_chat(ctx, turns: int) -> int:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_long_conversation_is_stored_message_by_message(drive):
-    from journal.llm import load_request
     from journal.models import Blob, Run, SessionEvent
+    from journal.primitives.llm import load_request
 
     run_id = journal.start("test_llm_long_chat", 40)
     drive()

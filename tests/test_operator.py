@@ -7,8 +7,8 @@ import pytest
 from django.utils import timezone
 
 import journal
+from journal.driver.worker import EmbeddedWorker
 from journal.models import AgentPause, EffectStatus, EventKind, Run, RunStatus, SessionEvent, SideEffect
-from journal.worker import EmbeddedWorker
 from tests.agents import timetravel as agents
 from tests.conftest import wait_for
 

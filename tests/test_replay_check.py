@@ -200,7 +200,7 @@ def test_a_run_that_used_the_sandbox_replays_without_touching_files(drive, setti
     run_id = journal.start("tt-files")
     drive()
     assert journal.get_run(run_id).status == RunStatus.COMPLETED
-    from journal.restore import sandbox_root
+    from journal.engine.restore import sandbox_root
 
     root = sandbox_root(run_id)
     before = sorted((p.name, p.read_text()) for p in root.iterdir())

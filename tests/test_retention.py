@@ -7,8 +7,8 @@ from django.core.management import call_command
 from django.utils import timezone
 
 import journal
-from journal import retention
 from journal.models import RetentionRule, Run, RunStatus, SessionEvent
+from journal.operations import retention
 from tests.agents import crashy  # noqa: F401  (registers the agents)
 
 pytestmark = pytest.mark.django_db(transaction=True)

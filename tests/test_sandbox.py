@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 
 import journal
+from journal.engine.sandbox_exec import isolation
 from journal.models import EventKind, Run, SandboxCommand, SessionEvent
-from journal.sandbox_exec import isolation
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,7 +27,7 @@ def sandbox_root(settings):
 
 
 def _root(run_id) -> str:
-    from journal.restore import sandbox_root
+    from journal.engine.restore import sandbox_root
 
     return str(sandbox_root(run_id))
 

@@ -19,8 +19,8 @@ import pytest
 
 import journal
 import tests.agents.coderepair  # noqa: F401 - registers the agent in this process too
+from journal.engine.restore import scan_manifest
 from journal.models import Checkpoint, Run
-from journal.restore import scan_manifest
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
@@ -139,7 +139,7 @@ def test_journal_only_resume_without_restore_diverges(reference, worker_env, spa
 
 def test_a_killed_worker_takes_its_running_command_with_it(worker_env, spawn_worker, roots):
     """No orphan keeps writing into the sandbox while another worker restores it."""
-    from journal.sandbox_exec import sandbox_uid
+    from journal.engine.sandbox_exec import sandbox_uid
 
     base = roots()
     run_id = journal.start("sandbox_hang")

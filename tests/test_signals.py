@@ -110,9 +110,9 @@ def test_wait_timeout_is_a_clear_outcome(drive):
 def test_a_signal_sent_while_the_run_is_committing_its_suspension_is_not_lost(drive, monkeypatch):
     """The race behind lost wake-ups: the signal arrives after the suspension's inbox check but
     before its commit. The sender must wait for the row and then wake the run."""
-    from journal import dispatch
+    from journal.driver.executor import WAKE_CHECKS
 
-    original = dispatch.after_suspend
+    original = WAKE_CHECKS["signal"]
     senders: list[threading.Thread] = []
 
     def signal_during_commit(ctx, waiting_for, final):
@@ -131,7 +131,7 @@ def test_a_signal_sent_while_the_run_is_committing_its_suspension_is_not_lost(dr
             t.start()
             t.join(timeout=1.0)  # it must not get through while our transaction is open
 
-    monkeypatch.setattr(dispatch, "after_suspend", signal_during_commit)
+    monkeypatch.setitem(WAKE_CHECKS, "signal", signal_during_commit)
     run_id = journal.start("wait-signal")
     drive()
     senders[0].join(timeout=30)

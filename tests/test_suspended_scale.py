@@ -9,8 +9,8 @@ import psutil
 import pytest
 
 import journal
+from journal.driver.worker import EmbeddedWorker
 from journal.models import Run, RunStatus
-from journal.worker import EmbeddedWorker
 from tests.agents import waiting  # noqa: F401  (registers the agents)
 from tests.conftest import wait_for
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 import journal
-from journal.errors import WorkflowDefinitionError
-from journal.llm_clients import ScriptedClient
-from journal.tools import agent_loop, assistant_message, schema_for, specs, tool
+from journal.primitives.llm_clients import ScriptedClient
+from journal.primitives.tools import agent_loop, assistant_message, schema_for, specs, tool
+from journal.store.errors import WorkflowDefinitionError
 
 EXECUTED: list[str] = []
 

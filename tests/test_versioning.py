@@ -3,7 +3,7 @@
 import pytest
 
 import journal
-from journal import registry
+from journal.engine import registry
 from journal.models import EventKind, Run, RunStatus, SessionEvent
 from tests.agents import timetravel as agents
 from tests.agents.timetravel import add, swap_code, verdict

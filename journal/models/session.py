@@ -5,7 +5,10 @@ PostgreSQL a trigger refuses it too (migration 0002), unless retention sets
 ``durable.retention = 'on'`` for its transaction.
 """
 
-from django.db import models
+import contextlib
+import contextvars
+
+from django.db import connection, models
 from django.db.models import Q
 from django.utils import timezone
 
@@ -43,6 +46,26 @@ class EventKind(models.TextChoices):
     LOG = "log"
 
 
+_allowed: contextvars.ContextVar[bool] = contextvars.ContextVar("journal_retention", default=False)
+
+
+def retention_allowed() -> bool:
+    return _allowed.get()
+
+
+@contextlib.contextmanager
+def allow_deletes():
+    """Let this block delete session events (PostgreSQL: also tells the trigger, for this transaction)."""
+    token = _allowed.set(True)
+    try:
+        if connection.vendor == "postgresql" and connection.in_atomic_block:
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL durable.retention = 'on'")
+        yield
+    finally:
+        _allowed.reset(token)
+
+
 class AppendOnlyError(Exception):
     """Raised when code tries to update or delete a session event outside retention."""
 
@@ -52,8 +75,6 @@ class SessionEventQuerySet(models.QuerySet):
         raise AppendOnlyError("the session log is append-only: SessionEvent rows are never updated")
 
     def delete(self):
-        from journal.retention import retention_allowed
-
         if not retention_allowed():
             raise AppendOnlyError("the session log is append-only: only retention deletes SessionEvent rows")
         return super().delete()
@@ -97,8 +118,6 @@ class SessionEvent(models.Model):
         super().save(*args, **kwargs)
 
     def delete(self, *args, **kwargs):
-        from journal.retention import retention_allowed
-
         if not retention_allowed():
             raise AppendOnlyError("the session log is append-only: only retention deletes SessionEvent rows")
         return super().delete(*args, **kwargs)

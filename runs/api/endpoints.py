@@ -20,7 +20,8 @@ except ImportError:  # django-ninja before Status(): the (code, body) tuple it r
 from pydantic import ValidationError as PydanticValidationError
 
 import journal
-from journal.approvals import (
+from journal.models import Approval, Run
+from journal.operations.approvals import (
     ApprovalClosedError,
     ApprovalError,
     ApprovalNotFoundError,
@@ -29,7 +30,7 @@ from journal.approvals import (
     get_approval,
     pending_approvals,
 )
-from journal.errors import (
+from journal.store.errors import (
     BadArgumentsError,
     DurableError,
     PayloadTooLargeError,
@@ -39,7 +40,6 @@ from journal.errors import (
     SignalError,
     UnknownAgentError,
 )
-from journal.models import Approval, Run
 from runs.api.auth import TOLERANCE_SECONDS, ApiError, TokenAuth, require_scope, verify_webhook
 from runs.api.schemas import (
     ApprovalOut,

@@ -1,6 +1,6 @@
 """Retention (admins): keep-days per agent and status, a preview of what a purge deletes, purge now.
 
-The rules are the engine's (journal.retention); this page only calls its functions.
+The rules are the engine's (journal.operations.retention); this page only calls its functions.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from journal import retention
 from journal.models import TERMINAL_STATUSES, RetentionRule
+from journal.operations import retention
 from runs.permissions import admin_required, admin_write_required, read_only
 from runs.queries import agent_choices
 from runs.views.common import perform

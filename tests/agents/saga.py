@@ -1,4 +1,4 @@
-"""A saga: bookings (effects) with refunds (compensations), for tests of journal.compensation.
+"""A saga: bookings (effects) with refunds (compensations), for tests of journal.driver.saga.
 
 The "outside system" is a directory, $DURABLE_TEST_DIR: every call appends to a log *before*
 returning, so tests can count real executions across SIGKILLed workers. The refund desk, like a

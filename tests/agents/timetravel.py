@@ -122,7 +122,7 @@ def swap_code(name: str, fn) -> None:
     """
     import dataclasses
 
-    from journal import registry
+    from journal.engine import registry
 
     defn = registry.get_workflow(name)
     registry._workflows[name] = dataclasses.replace(defn, fn=fn, fingerprint=registry.code_fingerprint(fn))

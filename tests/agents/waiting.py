@@ -1,4 +1,4 @@
-"""Agents that wait: on signals, approvals, timers and child runs (tests of journal.waits/approvals/children).
+"""Agents that wait: on signals, approvals, timers and child runs (tests of the waiting primitives).
 
 Work that must not repeat appends a line to $DURABLE_TEST_DIR/waiting.log *before* returning,
 so the tests can tell "ran twice" from "replayed".
@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import journal
-from journal.children import ChildRunError
+from journal.primitives.children import ChildRunError
 
 
 def log_path() -> Path:

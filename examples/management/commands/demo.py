@@ -32,7 +32,7 @@ class Command(BaseCommand):
         if no_serve:
             self._logins(seeded.users, None)
             return
-        from journal.worker import EmbeddedWorker
+        from journal.driver.worker import EmbeddedWorker
 
         worker = EmbeddedWorker(concurrency=concurrency, poll_interval=0.2)
         threading.Thread(target=worker.run, name="demo-worker", daemon=True).start()

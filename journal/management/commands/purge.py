@@ -4,7 +4,7 @@ import sys
 
 from django.core.management.base import BaseCommand
 
-from journal import retention
+from journal.operations import retention
 
 
 class Command(BaseCommand):

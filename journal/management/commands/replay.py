@@ -17,7 +17,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from journal.errors import DurableError
+from journal.models import Run
+from journal.operations.timetravel import check_runs
+from journal.store.errors import DurableError
 
 
 def parse_since(text: str) -> datetime:
@@ -44,15 +46,11 @@ class Command(BaseCommand):
         parser.add_argument("--limit", type=int, default=0, help="check at most this many runs (newest first)")
 
     def handle(self, *args, run_ids, agent, since, limit, **options):
-        from journal.timetravel import check_runs
-
         if bool(run_ids) == bool(agent):
             raise CommandError("give RUN_ID(s) or --agent NAME (not both)", returncode=2)
         if since and not agent:
             raise CommandError("--since needs --agent", returncode=2)
         if agent:
-            from journal.models import Run
-
             qs = Run.objects.filter(agent=agent, steps__gt=0)
             if since:
                 qs = qs.filter(created_at__gte=parse_since(since))

@@ -7,7 +7,7 @@ import threading
 
 from django.core.management.base import BaseCommand
 
-from journal.worker import EmbeddedWorker
+from journal.driver.worker import EmbeddedWorker
 
 
 class Command(BaseCommand):

@@ -1,0 +1,117 @@
+"""Leases: who may advance a run, for how long, and the fencing epoch that proves it.
+
+A claim bumps ``Run.epoch``. On PostgreSQL candidates are locked with FOR UPDATE SKIP LOCKED so
+racing workers never block or double-claim; on SQLite the claim is an atomic conditional
+UPDATE whose row count says whether this worker won. An expired lease makes a run claimable
+again: detection and recovery are the same query, so no human has to notice a dead worker.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import connection, transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from journal.driver.executor import Claim
+from journal.engine import registry
+from journal.models import Run, RunStatus
+from journal.models.run import lease_seconds
+
+
+def _claim_fields(worker_id: str, row: dict, now, ttl: int) -> dict:
+    status = RunStatus.COMPENSATING if row["status"] == RunStatus.COMPENSATING else RunStatus.RUNNING
+    return {
+        "status": status,
+        "lease_owner": worker_id,
+        "lease_expires_at": now + timedelta(seconds=ttl),
+        "epoch": row["epoch"] + 1,
+        "attempts": row["attempts"] + 1,
+        "started_at": row["started_at"] or now,
+        "wake_at": None,
+    }
+
+
+def _over_limit(candidates: list[dict]) -> set[str]:
+    """Agents at their max_concurrency: their runs wait, whatever the worker's free slots."""
+    limited = {name: d.max_concurrency for name, d in registry.workflows().items() if d.max_concurrency}
+    agents = {row["agent"] for row in candidates} & set(limited)
+    if not agents:
+        return set()
+    running = dict(
+        Run.objects.filter(agent__in=agents, status=RunStatus.RUNNING)
+        .values_list("agent").annotate(n=Count("id")).values_list("agent", "n")
+    )
+    return {a for a in agents if running.get(a, 0) >= limited[a]}
+
+
+def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None) -> list[Claim]:
+    """Claim up to ``limit`` runnable runs (or the one ``run_id``) for ``worker_id``."""
+    if limit <= 0:
+        return []
+    ttl = ttl or lease_seconds()
+    now = timezone.now()
+    qs = Run.objects.runnable(now)
+    if run_id is not None:
+        qs = qs.filter(id=run_id)
+    fields = ("id", "status", "epoch", "attempts", "started_at", "lease_owner", "agent")
+    claims: list[Claim] = []
+    if connection.vendor == "postgresql":
+        with transaction.atomic():
+            rows = list(qs.order_by("created_at").select_for_update(skip_locked=True).values(*fields)[: limit * 2])
+            blocked = _over_limit(rows)
+            for row in rows:
+                if len(claims) >= limit:
+                    break
+                if row["agent"] in blocked:
+                    continue
+                Run.objects.filter(id=row["id"]).update(**_claim_fields(worker_id, row, now, ttl))
+                claims.append(_to_claim(row, now))
+        return claims
+    rows = list(qs.order_by("created_at").values(*fields)[: limit * 4])
+    blocked = _over_limit(rows)
+    for row in rows:
+        if len(claims) >= limit:
+            break
+        if row["agent"] in blocked:
+            continue
+        won = (
+            Run.objects.filter(id=row["id"], epoch=row["epoch"], status=row["status"])
+            .filter(Q(lease_owner=row["lease_owner"]))
+            .update(**_claim_fields(worker_id, row, now, ttl))
+        )
+        if won == 1:
+            claims.append(_to_claim(row, now))
+    return claims
+
+
+def _to_claim(row: dict, now) -> Claim:
+    recovered = row["lease_owner"] if row["status"] in (RunStatus.RUNNING, RunStatus.COMPENSATING) else ""
+    return Claim(run_id=row["id"], epoch=row["epoch"] + 1, recovered_from=recovered)
+
+
+def renew(worker_id: str, held: dict, *, ttl: int | None = None) -> dict:
+    """Extend the leases of ``held`` ({run_id: epoch}); returns {run_id: flags} for runs still held.
+
+    Flags carry what operators asked for (cancel, pause) so the driving thread can act at its
+    next step boundary. A run missing from the result was lost (another worker took it).
+    """
+    if not held:
+        return {}
+    ttl = ttl or lease_seconds()
+    now = timezone.now()
+    Run.objects.filter(id__in=list(held), lease_owner=worker_id).update(lease_expires_at=now + timedelta(seconds=ttl))
+    rows = Run.objects.filter(id__in=list(held), lease_owner=worker_id).values_list(
+        "id", "epoch", "cancel_requested", "cancel_reason", "paused")
+    return {
+        rid: {"cancel": cancel, "reason": reason, "paused": paused}
+        for rid, epoch, cancel, reason, paused in rows
+        if held.get(rid) == epoch
+    }
+
+
+def expire_worker(worker_id: str) -> int:
+    """Make a stopped worker's leases claimable at once (clean shutdown that could not finish)."""
+    return Run.objects.filter(lease_owner=worker_id, status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING]).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1))

@@ -1,0 +1,199 @@
+"""The embedded worker: claims runs, drives them on a thread pool, heartbeats their leases.
+
+``manage.py runworker`` is a thin wrapper around ``EmbeddedWorker``; tests drive the class
+directly. A suspended run occupies no thread here: it is a row with a wake-up time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import close_old_connections, connections
+from django.utils import timezone
+
+from journal.driver import executor, leases
+from journal.models import Run, Worker
+from journal.models.run import lease_seconds
+from journal.operations import retention
+from journal.store.errors import LeaseLost
+
+log = logging.getLogger(__name__)
+OUTCOMES_KEPT = 1000
+
+
+def make_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class EmbeddedWorker:
+    def __init__(self, concurrency: int = 4, *, poll_interval: float = 0.2, ttl: int | None = None,
+                 worker_id: str | None = None, kind: str = "embedded"):
+        self.concurrency = max(1, concurrency)
+        self.poll_interval = poll_interval
+        self.ttl = ttl or lease_seconds()
+        self.id = worker_id or make_worker_id()
+        self.kind = kind
+        self.stopping = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="durable-run")
+        self._active: dict = {}  # run_id -> Claim
+        self._contexts: dict = {}  # run_id -> Context, while a thread drives it
+        self._lock = threading.Lock()
+        self._heartbeat_thread: threading.Thread | None = None
+        self.completed = 0
+        self.outcomes: OrderedDict[str, str] = OrderedDict()  # the latest runs' statuses, bounded
+        self.maintenance_interval = float(getattr(settings, "DURABLE_RETENTION_INTERVAL", 3600))
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def register(self) -> None:
+        Worker.objects.update_or_create(id=self.id, defaults={
+            "kind": self.kind, "hostname": socket.gethostname(), "pid": os.getpid(),
+            "concurrency": self.concurrency, "heartbeat_at": timezone.now(), "stopped_at": None})
+
+    def run(self, *, until_idle: bool = False, max_seconds: float | None = None) -> int:
+        """Loop until stopped (or idle); returns the number of runs driven to a stop."""
+        self.register()
+        self._heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="durable-heartbeat", daemon=True)
+        self._heartbeat_thread.start()
+        deadline = time.monotonic() + max_seconds if max_seconds else None
+        next_maintenance = time.monotonic() + 5.0
+        try:
+            while not self.stopping.is_set():
+                if not until_idle and time.monotonic() >= next_maintenance:
+                    self.maintenance()
+                    next_maintenance = time.monotonic() + self.maintenance_interval
+                # A run that ends during the claim can wake another (a child wakes its parent): idle
+                # only if nothing was in flight before the claim looked.
+                busy = bool(self._active)
+                claimed = self.tick()
+                if until_idle and claimed == 0 and not busy and not self._active:
+                    break
+                if deadline and time.monotonic() > deadline:
+                    break
+                if claimed == 0:
+                    self.stopping.wait(self.poll_interval)
+        finally:
+            self.shutdown()
+        return self.completed
+
+    def maintenance(self) -> None:
+        """Housekeeping no run is waiting for: retention purges on the admins' schedule."""
+        try:
+            retention.purge()
+        except Exception:
+            log.exception("worker %s: retention purge failed", self.id)
+
+    def tick(self) -> int:
+        close_old_connections()
+        with self._lock:
+            free = self.concurrency - len(self._active)
+        if free <= 0:
+            return 0
+        claims = leases.claim(self.id, free, ttl=self.ttl)
+        for claim in claims:
+            with self._lock:
+                self._active[claim.run_id] = claim
+            self._pool.submit(self._drive, claim)
+        return len(claims)
+
+    def drive_one(self, run_id) -> str | None:
+        """Claim and drive one specific run in this thread (the Celery task path)."""
+        claims = leases.claim(self.id, 1, run_id=run_id, ttl=self.ttl)
+        if not claims:
+            return None
+        with self._lock:
+            self._active[claims[0].run_id] = claims[0]
+        return self._drive(claims[0])
+
+    def _drive(self, claim) -> str:
+        status = "error"
+        try:
+            close_old_connections()
+            status = executor.drive(claim, self.id, on_context=lambda ctx: self._set_context(claim.run_id, ctx))
+            return status
+        except LeaseLost:
+            status = "lost"
+            return status
+        except Exception:
+            log.exception("worker %s: driving run %s failed", self.id, claim.run_id)
+            return status
+        finally:
+            with self._lock:
+                self._active.pop(claim.run_id, None)
+                self.completed += 1
+                self.outcomes[str(claim.run_id)] = status
+                while len(self.outcomes) > OUTCOMES_KEPT:  # a long-lived worker must not grow with history
+                    self.outcomes.popitem(last=False)
+            connections.close_all()
+
+    def _set_context(self, run_id, ctx) -> None:
+        with self._lock:
+            if ctx is None:
+                self._contexts.pop(run_id, None)
+            else:
+                self._contexts[run_id] = ctx
+                if self.stopping.is_set():
+                    ctx.interrupt = "release"
+
+    # -- heartbeats ---------------------------------------------------------------------
+    def heartbeat(self) -> None:
+        with self._lock:
+            held = {rid: c.epoch for rid, c in self._active.items()}
+            contexts = dict(self._contexts)
+        flags = leases.renew(self.id, held, ttl=self.ttl)
+        for rid, ctx in contexts.items():
+            flag = flags.get(rid)
+            if flag is None:
+                ctx.writer.lost = LeaseLost(f"run {rid} lease lost")
+                continue
+            if flag["cancel"]:
+                ctx.interrupt, ctx.interrupt_reason = "cancel", flag["reason"]
+            elif flag["paused"]:
+                ctx.interrupt = "pause"
+            if ctx.progress_dirty:
+                Run.objects.filter(id=rid, epoch=ctx.epoch).update(progress=ctx.progress, steps=ctx.position)
+        Worker.objects.filter(id=self.id).update(heartbeat_at=timezone.now())
+
+    def _heartbeat_loop(self) -> None:
+        interval = max(self.ttl / 3.0, 0.2)
+        try:
+            while not self.stopping.wait(interval):
+                try:
+                    self.heartbeat()
+                except Exception:
+                    log.exception("worker %s: heartbeat failed", self.id)
+                finally:
+                    close_old_connections()
+        finally:
+            connections.close_all()
+
+    def request_stop(self) -> None:
+        """SIGTERM: stop claiming; running workflows give their runs back at the next step boundary."""
+        self.stopping.set()
+        with self._lock:
+            for ctx in self._contexts.values():
+                ctx.interrupt = ctx.interrupt or "release"
+
+    def shutdown(self, grace: float = 20.0) -> None:
+        self.request_stop()
+        end = time.monotonic() + grace
+        while self._active and time.monotonic() < end:
+            try:
+                self.heartbeat()
+            except Exception:
+                log.exception("heartbeat during shutdown failed")
+            time.sleep(0.1)
+        self._pool.shutdown(wait=not self._active, cancel_futures=True)
+        if self._active:  # stuck in a long step: let another worker take over at once
+            leases.expire_worker(self.id)
+        Worker.objects.filter(id=self.id).update(stopped_at=timezone.now(),
+                                                 heartbeat_at=timezone.now() - timedelta(seconds=0))
+        close_old_connections()

@@ -1,0 +1,77 @@
+"""Creating runs: a workflow's harness row, and a new pending run with its first session event.
+
+Below the primitives so that a parent's child start (``ctx.child``) and an operator's
+``journal.start`` create runs the same way; ``journal.operations.runs`` is the public door.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from django.db import transaction
+
+from journal.engine import registry
+from journal.models import AgentPause, EventKind, Harness, Run, SessionEvent
+from journal.store.doorbell import notify
+from journal.store.errors import BadArgumentsError
+from journal.store.serialization import to_json
+
+
+def _workflow_name(workflow: str | Callable[..., Any]) -> str:
+    if isinstance(workflow, str):
+        return workflow
+    defn = getattr(workflow, "__durable_workflow__", None)
+    if defn is None:
+        raise BadArgumentsError(f"{workflow!r} is not a @journal.workflow")
+    return defn.name
+
+
+def harness_for(defn: registry.WorkflowDef) -> Harness:
+    harness, _ = Harness.objects.get_or_create(
+        name=defn.name, version=defn.version, fingerprint=defn.fingerprint,
+        defaults={"module": defn.module, "description": defn.description, "durability": defn.durability,
+                  "checkpoint_policy": defn.checkpoint},
+    )
+    return harness
+
+
+def register_harnesses() -> int:
+    """Record every registered workflow version (workers call it at start-up)."""
+    for defn in registry.workflows().values():
+        harness_for(defn)
+    return len(registry.workflows())
+
+
+def start_run(workflow: str | Callable[..., Any], args: tuple | list = (), kwargs: dict | None = None, *,
+              actor: str = "", parent_id=None, durability: str | None = None,
+              checkpoint: str | None = None, run_id=None) -> str:
+    """Create a pending run; a worker drives it. Validates everything first: nothing half-written."""
+    kwargs = kwargs or {}
+    defn = registry.get_workflow(_workflow_name(workflow))
+    try:
+        inspect.signature(defn.fn).bind(None, *args, **kwargs)
+    except TypeError as exc:
+        raise BadArgumentsError(f"bad arguments for agent {defn.name!r}: {exc}") from None
+    run_input = to_json({"args": list(args), "kwargs": kwargs}, what=f"the input of agent {defn.name}")
+    if durability is not None and durability not in registry.DURABILITY_MODES:
+        raise BadArgumentsError(f"durability must be one of {registry.DURABILITY_MODES}")
+    if checkpoint is not None and checkpoint not in registry.CHECKPOINT_POLICIES:
+        raise BadArgumentsError(f"checkpoint must be one of {registry.CHECKPOINT_POLICIES}")
+    harness = harness_for(defn)
+    frozen = AgentPause.objects.filter(agent=defn.name).first()
+    with transaction.atomic():
+        run = Run.objects.create(
+            **({"paused": True, "paused_by": frozen.paused_by, "pause_reason": f"agent paused: {frozen.reason}"}
+               if frozen else {}),
+            **({"id": run_id} if run_id else {}),  # a parent records its child's id before creating it
+            agent=defn.name, harness=harness, version=defn.version, fingerprint=defn.fingerprint,
+            input=run_input, durability=durability or defn.durability,
+            checkpoint_policy=checkpoint or defn.checkpoint, created_by=actor, parent_id=parent_id,
+        )
+        SessionEvent.objects.create(run=run, seq=1, kind=EventKind.RUN_STARTED, actor=actor,
+                                    payload={"input": run_input, "version": defn.version,
+                                             "fingerprint": defn.fingerprint})
+        notify(run.id)
+    return str(run.id)

@@ -1,0 +1,95 @@
+"""Celery tasks: the distributed path. A message carries only a run id; the database lease decides.
+
+``advance_run`` claims that one run through ``leases.claim(run_id=...)`` and drives it like the
+embedded worker does (same executor, same fencing), so a duplicated or redelivered message
+finds the run already claimed or finished and does nothing. Each Celery worker process
+registers one ``Worker`` row (kind=celery) and heartbeats the leases of the runs it drives,
+reusing EmbeddedWorker's heartbeat; a worker killed mid-run stops heartbeating, its lease
+expires, and beat's ``sweep`` rings for the run so another worker recovers it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from celery import shared_task
+from celery.signals import worker_shutting_down
+from django.conf import settings
+from django.db import close_old_connections
+
+from journal.driver.sweeper import runnable_ids, stale_workers
+from journal.driver.worker import EmbeddedWorker
+from journal.operations import retention
+
+log = logging.getLogger(__name__)
+
+_worker = None
+_worker_lock = threading.Lock()
+
+
+def celery_worker():
+    """This process's driver (created on first use: one per Celery worker process, with its heartbeat)."""
+    global _worker
+    with _worker_lock:
+        if _worker is None:
+            worker = EmbeddedWorker(concurrency=1, kind="celery")
+            worker.register()
+            worker._heartbeat_thread = threading.Thread(target=worker._heartbeat_loop, name="durable-heartbeat",
+                                                        daemon=True)
+            worker._heartbeat_thread.start()
+            _worker = worker
+        return _worker
+
+
+@shared_task(name="journal.integrations.tasks.advance_run", ignore_result=True)
+def advance_run(run_id: str) -> str | None:
+    """Claim and drive one run; a no-op (None) when another worker holds it or it is not runnable."""
+    close_old_connections()
+    try:
+        status = celery_worker().drive_one(run_id)
+    finally:
+        close_old_connections()
+    log.info("advance_run %s -> %s", run_id, status)
+    return status
+
+
+@shared_task(name="journal.integrations.tasks.sweep", ignore_result=True)
+def sweep(limit: int = 500) -> int:
+    """Beat's periodic doorbell: enqueue every run that needs a worker now; returns how many."""
+    close_old_connections()
+    try:
+        ids = runnable_ids(limit)
+        for run_id in ids:
+            advance_run.delay(run_id)
+        stale_workers(max_silence_seconds=120)
+    finally:
+        close_old_connections()
+    return len(ids)
+
+
+@shared_task(name="journal.integrations.tasks.purge", ignore_result=True)
+def purge() -> int:
+    """Beat's retention schedule: delete finished runs past their rule (journal.operations.retention)."""
+    close_old_connections()
+    try:
+        return retention.purge()
+    finally:
+        close_old_connections()
+
+
+@worker_shutting_down.connect
+def _give_runs_back(**_kwargs) -> None:
+    """Warm shutdown (SIGTERM): runs being driven are released at their next step boundary, so
+    another worker continues them at once instead of after the lease expires."""
+    if _worker is not None:
+        _worker.request_stop()
+
+
+def ring(run_id: str) -> None:
+    """The doorbell's Celery backend (installed by ``JournalConfig.ready``): one message per wake-up.
+
+    Reads the setting at each ring, so turning ``DURABLE_CELERY`` on or off needs no restart of the seam.
+    """
+    if getattr(settings, "DURABLE_CELERY", False):
+        advance_run.delay(run_id)

@@ -1,0 +1,123 @@
+"""The engine's public functions: start runs, signal them, wait for them, cancel them.
+
+Views, the HTTP API, the CLI and tests all come through here; each records the actor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from journal.driver.saga import after_cancel_idle, will_compensate
+from journal.engine import registry
+from journal.engine.launch import harness_for, register_harnesses, start_run
+from journal.models import EventKind, Run, RunStatus, Signal
+from journal.primitives.children import wake_parent
+from journal.store import runstate
+from journal.store.doorbell import notify
+from journal.store.errors import RunNotFoundError, RunStateError, SignalError
+from journal.store.serialization import dumps, to_json
+
+__all__ = ["cancel", "get_run", "harness_for", "payload_size", "register_harnesses", "signal", "start",
+           "start_run", "wait"]
+
+
+def start(workflow: str | Callable[..., Any], *args: Any, **kwargs: Any) -> str:
+    """Start a run of ``workflow`` with these arguments; returns its run_id at once."""
+    return start_run(workflow, args, kwargs)
+
+
+def get_run(run_id) -> Run:
+    try:
+        return Run.objects.get(id=run_id)
+    except (Run.DoesNotExist, ValueError, TypeError, ValidationError):  # ValidationError: not a UUID
+        raise RunNotFoundError(f"no run with id {run_id!r}") from None
+
+
+def signal(run_id, name: str, payload: Any = None, *, actor: str = "", signal_id: str = "") -> Signal:
+    """Deliver a signal durably. Accepted before the run waits (buffered in the inbox);
+    idempotent under ``signal_id``; refused for a finished run or a name the agent does not declare."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise SignalError("a signal needs a non-empty name of at most 200 characters")
+    run = get_run(run_id)
+    if run.status in runstate.TERMINAL:
+        raise SignalError(f"run {run.id} is {run.status}; it accepts no more signals")
+    try:
+        defn = registry.get_workflow(run.agent)
+    except Exception:
+        defn = None
+    declared = defn.options.get("signals") if defn else None
+    if declared and name not in declared:
+        raise SignalError(f"agent {run.agent!r} does not wait for a signal named {name!r} "
+                          f"(it declares: {', '.join(declared)})")
+    payload = to_json(payload, what="the signal payload")
+    if signal_id:
+        existing = Signal.objects.filter(run=run, signal_id=signal_id).first()
+        if existing is not None:
+            return existing
+    try:
+        with transaction.atomic():
+            runstate.lock_for_wake(run.id)  # else a run suspending right now could miss this signal (PostgreSQL)
+            sig = Signal.objects.create(run=run, name=name, payload=payload, actor=actor, signal_id=signal_id)
+            if runstate.wake(run.id, waiting_for={"kind": "signal", "name": name}):
+                notify(run.id)
+    except IntegrityError:
+        if signal_id:
+            return Signal.objects.get(run=run, signal_id=signal_id)
+        raise
+    return sig
+
+
+def wait(run_id, timeout: float = 30) -> Run:
+    """Return the run when it stops (finishes or needs attention) or when the timeout passes."""
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        run = get_run(run_id)
+        if time.monotonic() >= deadline:
+            return run
+        if run.status in runstate.STOPPED and not will_compensate(run):
+            return run  # (a failed run whose saga is about to start is not finished)
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 1.5, 0.5)
+
+
+def cancel(run_id, reason: str = "", *, actor: str = "") -> Run:
+    """Cancel a run: at once if no worker holds it, else cooperatively at its next step boundary.
+
+    Cancelling a run cancels its live children; a child cancelled on its own wakes its parent.
+    """
+    run = get_run(run_id)
+    if run.status in runstate.TERMINAL:
+        raise RunStateError(f"run {run.id} is already {run.status}; there is nothing to cancel")
+    reason = reason or "cancelled by operator"
+    with transaction.atomic():
+        stopped = runstate.move(
+            run.id, RunStatus.CANCELLED, cause=runstate.Cause.OPERATOR, sources=runstate.IDLE,
+            event=EventKind.RUN_CANCELLED, payload={"reason": reason}, actor=actor,
+            epoch=run.epoch + 1, finished_at=timezone.now(), lease_owner="", lease_expires_at=None,
+            waiting_for=None, wake_at=None, cancel_requested=True, cancel_reason=reason, cancelled_by=actor,
+            error=f"cancelled: {reason}")
+        if not stopped and not Run.objects.filter(id=run.id).exclude(status__in=runstate.TERMINAL).update(
+                cancel_requested=True, cancel_reason=reason, cancelled_by=actor):
+            raise RunStateError(f"run {run.id} finished before it could be cancelled")
+    if stopped:
+        after_cancel_idle(run.id, actor=actor)
+    for child_id in Run.objects.filter(parent_id=run.id).exclude(status__in=runstate.TERMINAL).values_list(
+            "id", flat=True):
+        try:
+            cancel(child_id, f"parent run {run.id} was cancelled: {reason or 'no reason given'}", actor=actor)
+        except RunStateError:
+            pass  # it finished meanwhile
+    if run.parent_id is not None:
+        wake_parent(run.parent_id)
+    return get_run(run.id)
+
+
+def payload_size(value: Any) -> int:
+    return len(dumps(value))

@@ -1,0 +1,137 @@
+"""Model calls as durable steps, counterfactual forks ("same history, other model"), and run comparison.
+
+``ctx.model(client, messages, tools=None, prompt_version="", **params)`` takes the next step
+position under the name ``model:<model id>``. Live, it calls the client once and records, as
+fields of the step's journal record (not free text, so the dashboard can sum and chart them):
+
+    result        the normalised response (content, tool_calls, finish_reason, usage)
+    model         the model id the call used
+    prompt_version
+    tokens_in, tokens_out, cost (USD), latency_ms
+    args / request_ref   the request (messages, tools, params); long conversations are stored
+                  message by message in the content-addressed blob store, so a growing
+                  transcript costs O(new messages) per call, not O(conversation)
+
+The same numbers go on a ``model`` trace span and into the run's totals (``Run.tokens`` and
+``Run.cost``, updated in the record's transaction: exact after a crash, live while running; a
+model call's record is therefore always written synchronously: re-sending it would cost money).
+On replay the recorded response is returned and the model is not called again; a changed prompt
+is non-determinism (the request is fingerprinted), reported at its position like any other step.
+"""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import F
+from django.utils import timezone
+
+from journal.engine.checkpoints import after_step
+from journal.engine.protocol import MAX_ARGS_IN_RECORD, begin, recorded_result, result_payload, span
+from journal.models.run import Run
+from journal.models.session import EventKind
+from journal.models.trace import SpanKind
+from journal.primitives.llm_clients import cost_of
+from journal.store.blobs import get_many, load_json, store_json
+from journal.store.errors import StepError
+from journal.store.serialization import dumps, fingerprint, to_json
+
+OVERRIDE_KEY = "llm_override"  # in Run.input of a counterfactual fork: {"from_step", "model", "params"}
+
+
+def _override(ctx, position: int) -> dict | None:
+    override = (ctx.run.input or {}).get(OVERRIDE_KEY)
+    if override and position >= int(override.get("from_step", 0)):
+        return override
+    return None
+
+
+def _store_request(request: dict) -> dict:
+    """Small requests inline; large ones as per-message blobs (deduplicated across calls)."""
+    if len(dumps(request)) <= MAX_ARGS_IN_RECORD:
+        return {"args": request}
+    rest = {k: v for k, v in request.items() if k != "messages"}
+    return {"request_ref": {"messages": [store_json(m) for m in request["messages"]], "rest": store_json(rest)}}
+
+
+def load_request(payload: dict) -> dict | None:
+    """The request a model-call record was made with (for the stepper and comparisons)."""
+    if "args" in payload:
+        return payload["args"]
+    ref = payload.get("request_ref")
+    if not ref:
+        return None
+    blobs = get_many(ref["messages"])
+    import json
+
+    return {**load_json(ref["rest"]), "messages": [json.loads(blobs[d]) for d in ref["messages"]]}
+
+
+def model_call(ctx, client: Any, messages: list[dict], tools: list[dict] | None = None, *,
+               prompt_version: str = "", **params: Any) -> dict:
+    """Call a model as a durable step; returns the normalised response (see journal.primitives.llm_clients)."""
+    if ctx.in_step:  # inside another step's body: that step's record covers it
+        model = params.pop("model", None) or client.model
+        return client.complete(messages, model=model, tools=tools, **params)
+    override = _override(ctx, ctx.position + 1)  # the position ``begin`` takes below
+    if override:
+        params = {**params, **(override.get("params") or {})}
+        if override.get("model"):
+            params["model"] = override["model"]
+    model = str(params.pop("model", None) or client.model)
+    step_name = f"model:{model}"[:200]
+    request = to_json({"model": model, "messages": messages, "tools": tools, "params": params,
+                       "prompt_version": prompt_version}, what=f"the request of {step_name}")
+    args_hash = fingerprint(request)
+    position, record = begin(ctx, step_name, args_hash)
+    if record is not None:
+        return recorded_result(record)
+
+    started = timezone.now()
+    t0 = time.perf_counter()
+    ctx.in_step = True
+    try:
+        response = client.complete(request["messages"], model=model, tools=tools, **params)
+    except Exception as exc:
+        ms = (time.perf_counter() - t0) * 1000
+        error = {"type": type(exc).__name__, "message": str(exc)[:4000]}
+        span(ctx, step_name, SpanKind.MODEL, position, started, ms, status="error",
+             error=f"{error['type']}: {error['message']}", model=model)
+        ctx.writer.record(EventKind.STEP_COMPLETED, {"error": error, "attempt": 1, "args_hash": args_hash,
+                          "kind": "model", "model": model, "prompt_version": prompt_version},
+                          position=position, step_name=step_name)
+        raise StepError(step_name, error["type"], error["message"], 1) from exc
+    finally:
+        ctx.in_step = False
+    ms = (time.perf_counter() - t0) * 1000
+    response = to_json(response, what=f"the response of {step_name}")
+    usage = response.get("usage") or {}
+    tokens_in, tokens_out = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    cost = cost_of(model, tokens_in, tokens_out)
+    payload = {
+        **result_payload(response), **_store_request(request), "args_hash": args_hash, "kind": "model",
+        "model": model, "response_model": response.get("model", model), "prompt_version": prompt_version,
+        "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost, "latency_ms": round(ms, 3),
+        "duration_ms": round(ms, 3), "started_at": started.isoformat(), "attempt": 1,
+        "finish_reason": response.get("finish_reason", ""), "tool_calls": len(response.get("tool_calls") or []),
+    }
+    span(ctx, step_name, SpanKind.MODEL, position, started, ms, model=model, tokens_in=tokens_in,
+         tokens_out=tokens_out, cost=Decimal(str(cost)),
+         attributes={"prompt_version": prompt_version, "finish_reason": payload["finish_reason"],
+                     "tool_calls": payload["tool_calls"]})
+    def commit(extra) -> None:
+        def add_totals() -> None:
+            # In the record's own transaction: the run's totals count each recorded call exactly once,
+            # survive a crash of this worker, and show while the run is still going.
+            Run.objects.filter(id=ctx.run.id, epoch=ctx.epoch).update(
+                tokens=F("tokens") + tokens_in + tokens_out, cost=F("cost") + Decimal(str(cost)))
+            if extra is not None:
+                extra()
+
+        ctx.writer.record(EventKind.STEP_COMPLETED, payload, position=position, step_name=step_name,
+                          extra=add_totals)
+
+    after_step(ctx, position, None, commit, payload)  # the checkpoint decision goes in the record
+    return response

@@ -1,0 +1,301 @@
+"""The journal writer: durability modes and the fenced append.
+
+One completed plain step in ``sync`` mode costs one INSERT ... SELECT ... WHERE EXISTS (the
+fencing check: the run's epoch must still be ours) and one commit; no read-back. ``async``
+hands entries to a background thread that writes them in batches; ``exit`` keeps them in
+memory. Every mode is flushed by ``barrier()`` before an effect, a suspension or the end of
+the run, so nothing durable ever depends on an entry that is not.
+
+Trace spans ride along in the same transaction when enough have accumulated or at a barrier:
+the trace explains, the journal decides, so spans never cost a commit of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection, connections, transaction
+from django.utils import timezone
+
+from journal.models import Run
+from journal.store import faults
+from journal.store.errors import LeaseLost
+
+log = logging.getLogger(__name__)
+
+SPAN_BATCH = 64
+_COLS = "run_id, seq, kind, position, step_name, payload, actor, created_at"
+_PG_ROW = "(%s::uuid, %s::integer, %s::varchar, %s::integer, %s::varchar, %s::jsonb, %s::varchar, %s::timestamptz)"
+_SQLITE_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s)"
+
+
+class Entry:
+    __slots__ = ("seq", "kind", "position", "step_name", "payload", "actor", "created_at")
+
+    def __init__(self, seq, kind, position, step_name, payload, actor, created_at):
+        self.seq = seq
+        self.kind = kind
+        self.position = position
+        self.step_name = step_name
+        self.payload = payload
+        self.actor = actor
+        self.created_at = created_at
+
+
+def _fenced_insert_sql(vendor: str, rows: int) -> str:
+    row = _PG_ROW if vendor == "postgresql" else _SQLITE_ROW
+    lock = " FOR SHARE" if vendor == "postgresql" else ""
+    values = ", ".join([row] * rows)
+    return (
+        f"INSERT INTO journal_sessionevent ({_COLS}) SELECT * FROM (VALUES {values}) AS v "
+        f"WHERE EXISTS (SELECT 1 FROM journal_run WHERE id = %s AND epoch = %s{lock})"
+    )
+
+
+_SQL_CACHE: dict[tuple[str, int], str] = {}
+
+
+def _sqlite_datetime(value: datetime) -> str:
+    """What Django stores for an aware datetime on SQLite (naive UTC text), without its generic checks."""
+    if value.tzinfo is UTC:
+        return str(value.replace(tzinfo=None))
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def fenced_append(run_id: uuid.UUID, epoch: int, entries: list[Entry]) -> None:
+    """Append entries iff the run's epoch is still ``epoch``; raise LeaseLost otherwise.
+
+    On PostgreSQL the EXISTS takes a share lock on the run row, so a concurrent claim (which
+    bumps the epoch) waits for this commit or makes this insert see the new epoch: a zombie
+    can never slip a row in after the takeover.
+    """
+    if not entries:
+        return
+    vendor = connection.vendor
+    key = (vendor, len(entries))
+    sql = _SQL_CACHE.get(key)
+    if sql is None:
+        sql = _SQL_CACHE[key] = _fenced_insert_sql(vendor, len(entries))
+    pg = vendor == "postgresql"
+    run_param: Any = run_id if pg else run_id.hex
+    params: list[Any] = []
+    for e in entries:
+        created: Any = e.created_at if pg else _sqlite_datetime(e.created_at)
+        params += [run_param, e.seq, e.kind, e.position, e.step_name, e.payload, e.actor, created]
+    params += [run_param, epoch]
+    if pg and len(entries) >= COPY_ROWS and connection.in_atomic_block:
+        inserted = _copy_fenced(run_id, epoch, entries)
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            inserted = cursor.rowcount
+    if inserted != len(entries):
+        raise LeaseLost(f"run {run_id} was claimed by another worker (epoch {epoch} is stale)")
+
+
+COPY_ROWS = 8  # PostgreSQL batches this large go in by COPY: binary rows, no SQL to quote and parse
+
+
+def _copy_fenced(run_id: uuid.UUID, epoch: int, entries: list[Entry]) -> int:
+    """The fence as its own locking read (the caller's transaction keeps the share lock until it
+    commits, exactly as the one-statement form does), then the rows by COPY."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM journal_run WHERE id = %s AND epoch = %s FOR SHARE", [run_id, epoch])
+        if cursor.fetchone() is None:
+            return 0
+        with cursor.cursor.copy(f"COPY journal_sessionevent ({_COLS}) FROM STDIN") as copy:
+            for e in entries:
+                copy.write_row((run_id, e.seq, e.kind, e.position, e.step_name, e.payload, e.actor, e.created_at))
+    return len(entries)
+
+
+class JournalWriter:
+    """Per-run writer owned by the thread that drives the run."""
+
+    def __init__(self, run_id: uuid.UUID | str, epoch: int, next_seq: int, mode: str = "sync"):
+        self.run_id = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+        self.epoch = epoch
+        self.next_seq = next_seq
+        self.mode = mode
+        self._pending: list[Entry] = []  # not yet handed to the database
+        self._spans: list[dict] = []
+        self._lock = threading.Lock()  # guards _pending and _spans; held only to append or take
+        self._write_lock = threading.Lock()  # one write at a time, in seq order
+        self._wake = threading.Condition(self._lock)
+        self._flusher: threading.Thread | None = None
+        self._closing = False
+        self.lost: BaseException | None = None
+        self.writes = 0  # transactions committed (benchmarks read it)
+
+    # -- recording -------------------------------------------------------------------
+    def record(
+        self,
+        kind: str,
+        payload: dict,
+        *,
+        position: int | None = None,
+        step_name: str = "",
+        actor: str = "",
+        durability: str | None = None,
+        created_at: datetime | None = None,
+        extra: Callable[[], None] | None = None,
+        raw: dict[str, str] | None = None,
+    ) -> int:
+        """Record one entry; returns its seq. ``extra`` runs in the same transaction (forces a sync write).
+
+        ``raw`` maps payload keys to JSON text already encoded (a step's arguments and result were
+        encoded once to validate and fingerprint them; encoding them again is most of a step's cost).
+        """
+        if self.lost is not None:
+            raise LeaseLost(str(self.lost))
+        mode = durability or self.mode
+        text = json.dumps(payload, separators=(",", ":"))
+        if raw:
+            spliced = ",".join(f'"{key}":{value}' for key, value in raw.items())
+            text = f"{text[:-1]},{spliced}}}" if len(text) > 2 else f"{{{spliced}}}"
+        with self._lock:
+            seq = self.next_seq
+            self.next_seq += 1
+            self._pending.append(
+                Entry(seq, kind, position, step_name, text, actor, created_at or timezone.now())
+            )
+            if mode == "async" and extra is None:
+                self._ensure_flusher()
+                self._wake.notify()
+                return seq
+            if mode == "exit" and extra is None:
+                return seq
+        self._flush(extra)
+        return seq
+
+    def add_span(self, span: dict) -> None:
+        with self._lock:
+            self._spans.append(span)
+
+    def barrier(self, extra: Callable[[], None] | None = None) -> None:
+        """Make everything recorded so far durable (and run ``extra`` in that transaction)."""
+        if self.lost is not None:
+            raise LeaseLost(str(self.lost))
+        self._flush(extra, spans=True)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closing = True
+            self._wake.notify_all()
+        if self._flusher is not None:
+            self._flusher.join(timeout=30)
+
+    # -- writing ---------------------------------------------------------------------
+    def _flush(self, extra: Callable[[], None] | None, spans: bool = False) -> None:
+        """Write what is pending, in order. Writes are serialised by ``_write_lock``; ``_lock`` is
+        held only to take the batch, so the driving thread keeps recording (async mode) while
+        the background thread waits for its commit."""
+        with self._write_lock:
+            with self._lock:
+                batch, self._pending = self._pending, []
+                span_batch: list[dict] = []
+                if spans or extra is not None or len(self._spans) >= SPAN_BATCH:
+                    span_batch, self._spans = self._spans, []
+            if batch or span_batch or extra is not None:
+                self._write(batch, span_batch, extra)
+
+    def _write(self, batch: list[Entry], span_batch: list[dict], extra: Callable[[], None] | None) -> None:
+        last = batch[-1] if batch else None
+        faults.inject("before_commit", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
+        try:
+            if len(batch) == 1 and not span_batch and extra is None:
+                fenced_append(self.run_id, self.epoch, batch)  # autocommit: one statement, one commit
+            else:
+                with transaction.atomic():
+                    if batch:
+                        fenced_append(self.run_id, self.epoch, batch)
+                    elif extra is not None:
+                        self._check_epoch()
+                    if span_batch:
+                        _insert_spans(self.run_id, span_batch)
+                    if extra is not None:
+                        extra()
+        except LeaseLost as exc:
+            self.lost = exc
+            raise
+        self.writes += 1
+        faults.inject("after_commit", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
+
+    def _check_epoch(self) -> None:
+        qs = Run.objects.filter(id=self.run_id, epoch=self.epoch)
+        if connection.vendor == "postgresql":
+            qs = qs.select_for_update()
+        if not qs.exists():
+            raise LeaseLost(f"run {self.run_id} was claimed by another worker")
+
+    def _ensure_flusher(self) -> None:
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_loop, name=f"journal-writer-{self.run_id}", daemon=True)
+            self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    while not self._pending and not self._closing:
+                        self._wake.wait()
+                    if not self._pending and self._closing:
+                        return
+                try:
+                    self._flush(None)
+                except LeaseLost:
+                    return
+                except Exception as exc:  # keep the error for the driving thread
+                    log.exception("async journal writer failed for run %s", self.run_id)
+                    self.lost = exc
+                    return
+        finally:
+            connections.close_all()
+
+
+_SPAN_COLS = ("span_id", "parent_span_id", "name", "kind", "position", "attempt", "status", "error", "started_at",
+              "ended_at", "duration_ms", "model", "tokens_in", "tokens_out", "cost", "attributes")
+_SPAN_DEFAULTS = {"parent_span_id": "", "kind": "step", "position": None, "attempt": 1, "status": "ok", "error": "",
+                  "ended_at": None, "duration_ms": 0.0, "model": "", "tokens_in": 0, "tokens_out": 0, "cost": 0,
+                  "attributes": {}}
+
+
+def _insert_spans(run_id: uuid.UUID, spans: list[dict]) -> None:
+    """Raw executemany: the ORM's per-field preparation cost more than the whole step it traced."""
+    pg = connection.vendor == "postgresql"
+    if pg and len(spans) >= COPY_ROWS:
+        with connection.cursor() as cursor, cursor.cursor.copy(
+                f"COPY journal_tracespan (run_id, {', '.join(_SPAN_COLS)}) FROM STDIN") as copy:
+            for span in spans:
+                row = [run_id]
+                for col in _SPAN_COLS:
+                    value = span.get(col, _SPAN_DEFAULTS.get(col))
+                    if col == "attributes":
+                        value = json.dumps(value or {}, separators=(",", ":"), default=str)
+                    row.append(value)
+                copy.write_row(row)
+        return
+    placeholders = ", ".join(["%s::jsonb" if pg and c == "attributes" else "%s" for c in ("run_id", *_SPAN_COLS)])
+    sql = f"INSERT INTO journal_tracespan (run_id, {', '.join(_SPAN_COLS)}) VALUES ({placeholders})"
+    rows = []
+    for span in spans:
+        row: list[Any] = [run_id if pg else run_id.hex]
+        for col in _SPAN_COLS:
+            value = span.get(col, _SPAN_DEFAULTS.get(col))
+            if col == "attributes":
+                value = json.dumps(value or {}, separators=(",", ":"), default=str)
+            elif col == "cost":
+                value = Decimal(str(value or 0)) if pg else float(value or 0)
+            elif col in ("started_at", "ended_at") and value is not None and not pg:
+                value = _sqlite_datetime(value)
+            row.append(value)
+        rows.append(row)
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
