@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-sqlite test-postgres lint bench migrations clean
+.PHONY: install demo test test-sqlite test-postgres lint lint-imports bench migrations clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ demo: install
 
 # The full suite on the embedded SQLite database, then on PostgreSQL (DATABASE_URL, the local
 # server, or a throwaway cluster tests/services.py starts). REDIS_URL works the same way.
-test: install
+test: install lint-imports
 	$(PY) tests/services.py browser
 	$(MAKE) --no-print-directory test-sqlite
 	$(MAKE) --no-print-directory test-postgres
@@ -33,6 +33,10 @@ test-postgres: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+
+# The engine's floors and the runs -> journal arrow (contracts in pyproject.toml).
+lint-imports: install
+	$(VENV)/bin/lint-imports --no-cache
 
 bench: install
 	$(PY) bench/step_overhead.py

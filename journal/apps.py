@@ -8,8 +8,11 @@ class JournalConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here because Django's app loading requires it: these modules import models.
+        from journal.driver import worker
         from journal.integrations import checks, discovery, tasks  # noqa: F401  (checks registers system checks)
+        from journal.operations import retention
         from journal.store import doorbell
 
-        doorbell.set_backend(tasks.ring)  # the seam: the store rings, Celery (a higher floor) answers
+        doorbell.set_backend(tasks.ring)  # seams: the store rings, Celery (a higher floor) answers;
+        worker.add_housekeeping(retention.purge)  # the driver runs what the operations floor registers
         discovery.autodiscover()

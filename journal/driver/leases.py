@@ -11,19 +11,25 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.db import connection, transaction
-from django.db.models import Count, Q
+from django.db.models import Count
 from django.utils import timezone
 
 from journal.driver.executor import Claim
 from journal.engine import registry
 from journal.models import Run, RunStatus
 from journal.models.run import lease_seconds
+from journal.store import runstate
+
+
+def _take(row: dict, worker_id: str, now, ttl: int, **filters) -> bool:
+    """The claim's move (through the run state's owner): running, or still compensating, under a new epoch."""
+    target = RunStatus.COMPENSATING if row["status"] == RunStatus.COMPENSATING else RunStatus.RUNNING
+    return runstate.move(row["id"], target, cause=runstate.Cause.CLAIM, sources=(row["status"],), filters=filters,
+                         **_claim_fields(worker_id, row, now, ttl))
 
 
 def _claim_fields(worker_id: str, row: dict, now, ttl: int) -> dict:
-    status = RunStatus.COMPENSATING if row["status"] == RunStatus.COMPENSATING else RunStatus.RUNNING
     return {
-        "status": status,
         "lease_owner": worker_id,
         "lease_expires_at": now + timedelta(seconds=ttl),
         "epoch": row["epoch"] + 1,
@@ -66,7 +72,7 @@ def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None
                     break
                 if row["agent"] in blocked:
                     continue
-                Run.objects.filter(id=row["id"]).update(**_claim_fields(worker_id, row, now, ttl))
+                _take(row, worker_id, now, ttl)  # the row is locked: the move cannot miss
                 claims.append(_to_claim(row, now))
         return claims
     rows = list(qs.order_by("created_at").values(*fields)[: limit * 4])
@@ -76,12 +82,7 @@ def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None
             break
         if row["agent"] in blocked:
             continue
-        won = (
-            Run.objects.filter(id=row["id"], epoch=row["epoch"], status=row["status"])
-            .filter(Q(lease_owner=row["lease_owner"]))
-            .update(**_claim_fields(worker_id, row, now, ttl))
-        )
-        if won == 1:
+        if _take(row, worker_id, now, ttl, epoch=row["epoch"], lease_owner=row["lease_owner"]):
             claims.append(_to_claim(row, now))
     return claims
 

@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -23,11 +24,16 @@ from django.utils import timezone
 from journal.driver import executor, leases
 from journal.models import Run, Worker
 from journal.models.run import lease_seconds
-from journal.operations import retention
 from journal.store.errors import LeaseLost
 
 log = logging.getLogger(__name__)
 OUTCOMES_KEPT = 1000
+HOUSEKEEPING: list[Callable[[], object]] = []  # a seam: jobs every embedded worker runs now and then
+
+
+def add_housekeeping(job: Callable[[], object]) -> None:
+    if job not in HOUSEKEEPING:
+        HOUSEKEEPING.append(job)
 
 
 def make_worker_id() -> str:
@@ -85,11 +91,13 @@ class EmbeddedWorker:
         return self.completed
 
     def maintenance(self) -> None:
-        """Housekeeping no run is waiting for: retention purges on the admins' schedule."""
-        try:
-            retention.purge()
-        except Exception:
-            log.exception("worker %s: retention purge failed", self.id)
+        """Housekeeping no run is waiting for (retention purges on the admins' schedule, registered
+        by the app at start-up: the driver does not import the operations floor)."""
+        for job in list(HOUSEKEEPING):
+            try:
+                job()
+            except Exception:
+                log.exception("worker %s: housekeeping %s failed", self.id, getattr(job, "__qualname__", job))
 
     def tick(self) -> int:
         close_old_connections()

@@ -23,12 +23,23 @@ from journal.engine import registry
 from journal.engine.history import History, StepState, state_at, step_total
 from journal.models import Checkpoint, CheckpointDecision, EffectStatus, EventKind, Run, SessionEvent, SideEffect
 from journal.operations.runs import get_run
+from journal.store import blobs
 from journal.store.doorbell import notify
 from journal.store.errors import BadArgumentsError
 from journal.store.serialization import to_json
 
-__all__ = ["Divergence", "History", "ReplayCheck", "StepState", "check_runs", "fork", "replay_check", "state_at",
-           "step_total"]
+__all__ = ["Divergence", "History", "ReplayCheck", "StepState", "blob_texts", "check_runs", "export_history", "fork",
+           "replay", "replay_check", "state_at", "step_total"]
+
+
+def export_history(run_id) -> dict:
+    """The run's journal as a self-contained JSON value (``History.to_json``): a golden journal."""
+    return History.load(get_run(run_id)).to_json()
+
+
+def blob_texts(digests: list[str]) -> dict[str, bytes]:
+    """The stored contents of sandbox files (by SHA-256), for the stepper's file diffs."""
+    return blobs.get_many(digests)
 
 log = logging.getLogger(__name__)
 

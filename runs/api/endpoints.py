@@ -20,6 +20,16 @@ except ImportError:  # django-ninja before Status(): the (code, body) tuple it r
 from pydantic import ValidationError as PydanticValidationError
 
 import journal
+from journal import (
+    BadArgumentsError,
+    DurableError,
+    PayloadTooLargeError,
+    RunNotFoundError,
+    RunStateError,
+    SerializationError,
+    SignalError,
+    UnknownAgentError,
+)
 from journal.models import Approval, Run
 from journal.operations.approvals import (
     ApprovalClosedError,
@@ -29,16 +39,6 @@ from journal.operations.approvals import (
     DuplicateVoteError,
     get_approval,
     pending_approvals,
-)
-from journal.store.errors import (
-    BadArgumentsError,
-    DurableError,
-    PayloadTooLargeError,
-    RunNotFoundError,
-    RunStateError,
-    SerializationError,
-    SignalError,
-    UnknownAgentError,
 )
 from runs.api.auth import TOLERANCE_SECONDS, ApiError, TokenAuth, require_scope, verify_webhook
 from runs.api.schemas import (

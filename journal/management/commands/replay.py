@@ -2,6 +2,8 @@
 
     python manage.py replay RUN_ID [RUN_ID ...]
     python manage.py replay --agent checkout --since 7d        # or --since 2026-11-01T00:00
+    python manage.py replay --history tests/golden/histories/*.json   # journals kept as JSON
+                                                                        # (manage.py history RUN_ID)
 
 Gate deploys on it: exit code 0 when every run replays on this code, 1 when one diverges, 2 for
 bad input. Nothing executes and nothing is written.
@@ -12,13 +14,14 @@ from __future__ import annotations
 import re
 import sys
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from journal.models import Run
-from journal.operations.timetravel import check_runs
+from journal.operations.timetravel import History, check_runs, replay
 from journal.store.errors import DurableError
 
 
@@ -44,8 +47,14 @@ class Command(BaseCommand):
         parser.add_argument("--agent", help="check the runs of this agent")
         parser.add_argument("--since", help="with --agent: runs created since (ISO date/datetime, or 7d/12h/30m)")
         parser.add_argument("--limit", type=int, default=0, help="check at most this many runs (newest first)")
+        parser.add_argument("--history", nargs="+", metavar="FILE", default=[],
+                            help="replay these exported histories (JSON) instead of runs in the database")
 
-    def handle(self, *args, run_ids, agent, since, limit, **options):
+    def handle(self, *args, run_ids, agent, since, limit, history, **options):
+        if history:
+            if run_ids or agent:
+                raise CommandError("give --history FILE(s), RUN_ID(s) or --agent NAME (one of them)", returncode=2)
+            return self._report(self._histories(history), options["verbosity"])
         if bool(run_ids) == bool(agent):
             raise CommandError("give RUN_ID(s) or --agent NAME (not both)", returncode=2)
         if since and not agent:
@@ -62,9 +71,21 @@ class Command(BaseCommand):
             report = check_runs(run_ids, progress=self._progress if len(run_ids) > 1 else None)
         except DurableError as exc:
             raise CommandError(str(exc), returncode=2) from None
+        self._report(report, options["verbosity"])
+
+    def _histories(self, paths: list[str]) -> list:
+        report = []
+        for path in paths:
+            try:
+                report.append(replay(History.from_json(Path(path).read_text())))
+            except (OSError, ValueError, KeyError, DurableError) as exc:
+                raise CommandError(f"{path}: not a history this code can replay ({exc})", returncode=2) from None
+        return report
+
+    def _report(self, report: list, verbosity: int) -> None:
         for check in report:
             if check.ok:
-                if len(report) == 1 or options["verbosity"] > 1:
+                if len(report) == 1 or verbosity > 1:
                     self.stdout.write(f"ok   {check.run_id}: {check.checked} step(s) replay ({check.outcome})")
             else:
                 self.stdout.write(f"FAIL {check.run_id}: {check.divergence}")
