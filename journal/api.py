@@ -28,7 +28,7 @@ from journal.models import (
     SessionEvent,
     Signal,
 )
-from journal.serialization import dumps, to_json
+from journal.serialization import check_text, dumps, to_json
 
 STOPPED_STATUSES = TERMINAL_STATUSES | {RunStatus.NEEDS_ATTENTION}
 
@@ -117,6 +117,9 @@ def signal(run_id, name: str, payload: Any = None, *, actor: str = "", signal_id
     idempotent under ``signal_id``; refused for a finished run or a name the agent does not declare."""
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise SignalError("a signal needs a non-empty name of at most 200 characters")
+    check_text(name, what="the signal name")  # NUL or a lone surrogate: refused before any query
+    if signal_id:
+        check_text(signal_id, what="the signal id", max_length=200)
     run = get_run(run_id)
     if run.status in TERMINAL_STATUSES:
         raise SignalError(f"run {run.id} is {run.status}; it accepts no more signals")
