@@ -38,7 +38,7 @@ from journal.store.errors import (
     Suspend,
     UnknownAgentError,
 )
-from journal.store.serialization import to_json
+from journal.store.serialization import exception_text, storable_text, to_json
 from journal.store.writer import JournalWriter
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def _drive(ctx: Context, run: Run, claim: Claim, worker_id: str) -> str:
         after_cancel(ctx)
         return status
     except (NeedsAttention, NondeterminismError, UnknownAgentError) as exc:
-        reason = exc.reason if isinstance(exc, NeedsAttention) else str(exc)
+        reason = storable_text(exc.reason if isinstance(exc, NeedsAttention) else str(exc))
         details = exc.details if isinstance(exc, NeedsAttention) else {}
         if isinstance(exc, NondeterminismError):
             details = {"position": exc.position, "expected": exc.expected, "got": exc.got}
@@ -124,10 +124,12 @@ def _drive(ctx: Context, run: Run, claim: Claim, worker_id: str) -> str:
     except Exception as exc:
         if writer.lost is not None:
             return "lost"
-        error = f"{type(exc).__name__}: {exc}"
+        error_type, message = exception_text(exc)  # what the workflow raised, made storable (never a stuck run)
+        error = f"{error_type}: {message}"
         status = _settle(ctx, RunStatus.FAILED, EventKind.RUN_FAILED,
-                         {"error": error, "type": type(exc).__name__, "traceback": traceback.format_exc()[-8000:]},
-                         error=error[:10000], error_type=type(exc).__name__, finished_at=timezone.now())
+                         {"error": error, "type": error_type,
+                          "traceback": storable_text(traceback.format_exc())[-8000:]},
+                         error=error[:10000], error_type=error_type[:200], finished_at=timezone.now())
         after_failure(ctx)
         return status
 

@@ -23,7 +23,7 @@ from journal.models.session import EventKind
 from journal.models.trace import SpanKind
 from journal.store.blobs import INLINE_LIMIT, load_json, store_json
 from journal.store.errors import NondeterminismError, StepError
-from journal.store.serialization import encode
+from journal.store.serialization import encode, exception_text, storable, storable_text
 
 MAX_ARGS_IN_RECORD = 20_000  # bytes of arguments kept in the record for people to read
 
@@ -94,7 +94,7 @@ def record_value(ctx, name: str, produce: Callable[[], Any]) -> Any:
     """now/random/uuid4: recorded lazily (with the next durable write): nothing durable can
     depend on the value before that write, so losing it in a crash is harmless."""
     def execute(position: int) -> Any:
-        value = produce()
+        value = storable(produce(), what=f"the value of {name}")  # live and replay see the same, storable value
         ctx.writer.record(EventKind.STEP_COMPLETED, {"result": value, "kind": name}, position=position,
                           step_name=name, durability="exit")
         return value
@@ -114,7 +114,7 @@ def span(ctx, name: str, kind: str, position: int | None, started, duration_ms: 
          error: str = "", attempt: int = 1, **fields: Any) -> None:
     ctx.writer.add_span({
         "span_id": os.urandom(8).hex(), "parent_span_id": "", "name": name, "kind": kind, "position": position,
-        "attempt": attempt, "status": status, "error": error[:2000], "started_at": started,
+        "attempt": attempt, "status": status, "error": storable_text(error)[:2000], "started_at": started,
         "ended_at": started + timedelta(milliseconds=duration_ms), "duration_ms": duration_ms, **fields,
     })
 
@@ -131,7 +131,8 @@ def call_with_retries(ctx, defn: StepDef, position: int, call: dict, extra_kwarg
             result = defn.fn(*call["args"], **call["kwargs"], **(extra_kwargs or {}))
         except Exception as exc:
             ms = (time.perf_counter() - t0) * 1000
-            error = {"type": type(exc).__name__, "message": str(exc)[:4000]}
+            error_type, message = exception_text(exc)  # a lone surrogate or NUL is escaped, never a failed write
+            error = {"type": error_type, "message": message[:4000]}
             span(ctx, defn.name, SpanKind.EFFECT if defn.effect else SpanKind.STEP, position, started, ms,
                  status="error", error=f"{error['type']}: {error['message']}", attempt=attempt)
             ctx.writer.record(EventKind.STEP_FAILED, {"error": error, "attempt": attempt,

@@ -166,7 +166,9 @@ def _kill_uid(uid: int | None) -> None:
 
 
 def _decode(data: bytearray) -> str:
-    return bytes(data).decode("utf-8", errors="replace")
+    """Output as text the journal can store: bad UTF-8 becomes U+FFFD, NUL the six characters \\u0000
+    (PostgreSQL's text and jsonb refuse NUL; journal.store.serialization.storable_text writes the same)."""
+    return bytes(data).decode("utf-8", errors="replace").replace("\x00", "\\u0000")
 
 
 def execute(argv: list[str], *, cwd: str, env: dict[str, str], limits: Limits, uid: int | None) -> Execution:

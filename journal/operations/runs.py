@@ -21,7 +21,7 @@ from journal.primitives.children import wake_parent
 from journal.store import runstate
 from journal.store.doorbell import notify
 from journal.store.errors import RunNotFoundError, RunStateError, SignalError
-from journal.store.serialization import dumps, to_json
+from journal.store.serialization import check_text, dumps, to_json
 
 __all__ = ["cancel", "get_run", "harness_for", "payload_size", "register_harnesses", "signal", "start",
            "start_run", "wait"]
@@ -44,6 +44,9 @@ def signal(run_id, name: str, payload: Any = None, *, actor: str = "", signal_id
     idempotent under ``signal_id``; refused for a finished run or a name the agent does not declare."""
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise SignalError("a signal needs a non-empty name of at most 200 characters")
+    check_text(name, what="the signal name")  # NUL or a lone surrogate: refused before any query
+    if signal_id:
+        check_text(signal_id, what="the signal id", max_length=200)
     run = get_run(run_id)
     if run.status in runstate.TERMINAL:
         raise SignalError(f"run {run.id} is {run.status}; it accepts no more signals")

@@ -27,6 +27,7 @@ from django.utils import timezone
 from journal.models import Run
 from journal.store import faults
 from journal.store.errors import LeaseLost
+from journal.store.serialization import storable_json, storable_text
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,9 @@ class JournalWriter:
         if self.lost is not None:
             raise LeaseLost(str(self.lost))
         mode = durability or self.mode
-        text = json.dumps(payload, separators=(",", ":"))
+        # What a step produced (an error message, command output) is made storable here, the one
+        # place every journal entry passes: a NUL or lone surrogate is escaped, never a failed write.
+        text = storable_json(json.dumps(payload, separators=(",", ":")))
         if raw:
             spliced = ",".join(f'"{key}":{value}' for key, value in raw.items())
             text = f"{text[:-1]},{spliced}}}" if len(text) > 2 else f"{{{spliced}}}"
@@ -278,7 +281,9 @@ def _insert_spans(run_id: uuid.UUID, spans: list[dict]) -> None:
                 for col in _SPAN_COLS:
                     value = span.get(col, _SPAN_DEFAULTS.get(col))
                     if col == "attributes":
-                        value = json.dumps(value or {}, separators=(",", ":"), default=str)
+                        value = storable_json(json.dumps(value or {}, separators=(",", ":"), default=str))
+                    elif isinstance(value, str):
+                        value = storable_text(value)
                     row.append(value)
                 copy.write_row(row)
         return
@@ -290,7 +295,9 @@ def _insert_spans(run_id: uuid.UUID, spans: list[dict]) -> None:
         for col in _SPAN_COLS:
             value = span.get(col, _SPAN_DEFAULTS.get(col))
             if col == "attributes":
-                value = json.dumps(value or {}, separators=(",", ":"), default=str)
+                value = storable_json(json.dumps(value or {}, separators=(",", ":"), default=str))
+            elif isinstance(value, str):
+                value = storable_text(value)  # a span's error or name, as it can be stored
             elif col == "cost":
                 value = Decimal(str(value or 0)) if pg else float(value or 0)
             elif col in ("started_at", "ended_at") and value is not None and not pg:
