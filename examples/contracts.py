@@ -60,7 +60,7 @@ def portfolio(size: int = 500, seed: int = 7, corrupt: list[int] | tuple[int, ..
         contract["text"] = (f"Contract {contract['id']}: {contract['kind']} with {contract['counterparty']}, "
                             f"value {contract['value']:,} EUR. Clauses: " + "; ".join(clauses) + ".")
         if i in corrupt:
-            contract["text"] = "%PDF-1.4 \x00\x00 <binary scan, OCR failed>"
+            contract["text"] = "%PDF-1.4 \ufffd\ufffd <binary scan, OCR failed>"  # what a failed text decode leaves
         contracts.append(contract)
     return contracts
 
@@ -74,7 +74,7 @@ def accept_review(review: dict) -> dict:
 @journal.step
 def read_contract(contract: dict) -> dict:
     """Extract the text to review; a scan that OCR could not read fails here (ready to fix and fork)."""
-    if "\x00" in contract["text"]:
+    if "\ufffd" in contract["text"]:
         raise ValueError(f"contract {contract['id']} is an unreadable scan; re-upload a text version")
     return {"id": contract["id"], "text": contract["text"]}
 

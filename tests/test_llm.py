@@ -166,6 +166,39 @@ def test_a_model_error_fails_the_run_with_the_reason_recorded_at_its_step(server
     assert run.tokens == 0
 
 
+def flaky_responder(messages, tools, params):
+    flaky_responder.calls += 1
+    if flaky_responder.calls == 1:
+        raise ConnectionError("the model server hung up")
+    return "fine the second time"
+
+
+flaky_responder.calls = 0
+
+
+@journal.workflow(name="test_llm_retried_model")
+def retried_model(ctx) -> str:
+    client = ScriptedClient(flaky_responder, model="scripted-small")
+    return ctx.model(client, [{"role": "user", "content": "hi"}], retries=1, retry_delay=0.01)["content"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_model_call_retries_like_a_step_and_records_one_result(drive):
+    from journal.models import EventKind, Run, RunStatus, SessionEvent, TraceSpan
+
+    flaky_responder.calls = 0
+    run_id = journal.start("test_llm_retried_model")
+    drive()
+    run = Run.objects.get(id=run_id)
+    assert (run.status, run.output) == (RunStatus.COMPLETED, "fine the second time")
+    record = SessionEvent.objects.steps().get(run_id=run_id, position=1)
+    assert (record.payload["attempt"], record.payload["kind"]) == (2, "model")
+    failed = SessionEvent.objects.get(run_id=run_id, kind=EventKind.STEP_FAILED)
+    assert failed.payload["error"]["type"] == "ConnectionError" and failed.payload["will_retry"]
+    assert sorted(TraceSpan.objects.filter(run_id=run_id).values_list("status", flat=True)) == ["error", "ok"]
+    assert flaky_responder.calls == 2
+
+
 @journal.workflow(name="test_llm_long_chat")
 def long_chat(ctx, turns: int) -> int:
     client = ScriptedClient(model="scripted-small")

@@ -119,8 +119,13 @@ def span(ctx, name: str, kind: str, position: int | None, started, duration_ms: 
     })
 
 
-def call_with_retries(ctx, defn: StepDef, position: int, call: dict, extra_kwargs: dict | None = None):
-    """Run the function, retrying with backoff; returns (result_json, attempt, started, ms) or raises StepError."""
+def call_with_retries(ctx, defn: StepDef, position: int, call: dict, extra_kwargs: dict | None = None, *,
+                      span_kind: str | None = None, span_fields: dict | None = None):
+    """Run the function, retrying with backoff; returns (result_json, attempt, started, ms) or raises StepError.
+
+    Every attempt that raises gets a span and a ``step_failed`` event; the caller records the outcome.
+    """
+    span_kind = span_kind or (SpanKind.EFFECT if defn.effect else SpanKind.STEP)
     attempt = 0
     while True:
         attempt += 1
@@ -133,8 +138,8 @@ def call_with_retries(ctx, defn: StepDef, position: int, call: dict, extra_kwarg
             ms = (time.perf_counter() - t0) * 1000
             error_type, message = exception_text(exc)  # a lone surrogate or NUL is escaped, never a failed write
             error = {"type": error_type, "message": message[:4000]}
-            span(ctx, defn.name, SpanKind.EFFECT if defn.effect else SpanKind.STEP, position, started, ms,
-                 status="error", error=f"{error['type']}: {error['message']}", attempt=attempt)
+            span(ctx, defn.name, span_kind, position, started, ms, status="error",
+                 error=f"{error['type']}: {error['message']}", attempt=attempt, **(span_fields or {}))
             ctx.writer.record(EventKind.STEP_FAILED, {"error": error, "attempt": attempt,
                               "will_retry": attempt <= defn.retries}, step_name=defn.name, durability="exit")
             if attempt <= defn.retries:

@@ -21,15 +21,14 @@ is non-determinism (the request is fingerprinted), reported at its position like
 
 from __future__ import annotations
 
-import time
 from decimal import Decimal
 from typing import Any
 
 from django.db.models import F
-from django.utils import timezone
 
 from journal.engine.checkpoints import after_step
-from journal.engine.protocol import MAX_ARGS_IN_RECORD, begin, recorded_result, result_payload, span
+from journal.engine.protocol import MAX_ARGS_IN_RECORD, begin, call_with_retries, recorded_result, result_payload, span
+from journal.engine.registry import StepDef
 from journal.models.run import Run
 from journal.models.session import EventKind
 from journal.models.trace import SpanKind
@@ -70,7 +69,7 @@ def load_request(payload: dict) -> dict | None:
 
 
 def model_call(ctx, client: Any, messages: list[dict], tools: list[dict] | None = None, *,
-               prompt_version: str = "", **params: Any) -> dict:
+               prompt_version: str = "", retries: int = 0, retry_delay: float = 1.0, **params: Any) -> dict:
     """Call a model as a durable step; returns the normalised response (see journal.primitives.llm_clients)."""
     if ctx.in_step:  # inside another step's body: that step's record covers it
         model = params.pop("model", None) or client.model
@@ -89,24 +88,18 @@ def model_call(ctx, client: Any, messages: list[dict], tools: list[dict] | None 
     if record is not None:
         return recorded_result(record)
 
-    started = timezone.now()
-    t0 = time.perf_counter()
-    ctx.in_step = True
+    # The same execute-with-retries as any step: a span and a step_failed event per failed attempt.
+    call_def = StepDef(name=step_name, retries=retries, retry_delay=retry_delay,
+                       fn=lambda msgs: client.complete(msgs, model=model, tools=tools, **params))
     try:
-        response = client.complete(request["messages"], model=model, tools=tools, **params)
-    except Exception as exc:
-        ms = (time.perf_counter() - t0) * 1000
-        error = {"type": type(exc).__name__, "message": str(exc)[:4000]}
-        span(ctx, step_name, SpanKind.MODEL, position, started, ms, status="error",
-             error=f"{error['type']}: {error['message']}", model=model)
-        ctx.writer.record(EventKind.STEP_COMPLETED, {"error": error, "attempt": 1, "args_hash": args_hash,
-                          "kind": "model", "model": model, "prompt_version": prompt_version},
-                          position=position, step_name=step_name)
-        raise StepError(step_name, error["type"], error["message"], 1) from exc
-    finally:
-        ctx.in_step = False
-    ms = (time.perf_counter() - t0) * 1000
-    response = to_json(response, what=f"the response of {step_name}")
+        response, attempt, started, ms = call_with_retries(ctx, call_def, position, {"args": [request["messages"]],
+                                                           "kwargs": {}}, span_kind=SpanKind.MODEL,
+                                                           span_fields={"model": model})
+    except StepError as exc:
+        ctx.writer.record(EventKind.STEP_COMPLETED, {"error": {"type": exc.error_type, "message": exc.message},
+                          "attempt": exc.attempts, "args_hash": args_hash, "kind": "model", "model": model,
+                          "prompt_version": prompt_version}, position=position, step_name=step_name)
+        raise
     usage = response.get("usage") or {}
     tokens_in, tokens_out = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
     cost = cost_of(model, tokens_in, tokens_out)
@@ -114,7 +107,7 @@ def model_call(ctx, client: Any, messages: list[dict], tools: list[dict] | None 
         **result_payload(response), **_store_request(request), "args_hash": args_hash, "kind": "model",
         "model": model, "response_model": response.get("model", model), "prompt_version": prompt_version,
         "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost, "latency_ms": round(ms, 3),
-        "duration_ms": round(ms, 3), "started_at": started.isoformat(), "attempt": 1,
+        "duration_ms": round(ms, 3), "started_at": started.isoformat(), "attempt": attempt,
         "finish_reason": response.get("finish_reason", ""), "tool_calls": len(response.get("tool_calls") or []),
     }
     span(ctx, step_name, SpanKind.MODEL, position, started, ms, model=model, tokens_in=tokens_in,
