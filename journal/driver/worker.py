@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
-from journal.driver import executor, leases
+from journal.driver import executor, leases, recovery
 from journal.models import Run, Worker
 from journal.models.run import lease_seconds
 from journal.store.errors import LeaseLost
@@ -60,9 +60,12 @@ class EmbeddedWorker:
 
     # -- lifecycle ----------------------------------------------------------------------
     def register(self) -> None:
+        """Say this worker is alive, then take over the runs of this host's workers that died (at once,
+        not after their leases expire: journal.driver.recovery)."""
         Worker.objects.update_or_create(id=self.id, defaults={
-            "kind": self.kind, "hostname": socket.gethostname(), "pid": os.getpid(),
+            "kind": self.kind, "hostname": socket.gethostname(), "pid": os.getpid(), "started_at": timezone.now(),
             "concurrency": self.concurrency, "heartbeat_at": timezone.now(), "stopped_at": None})
+        recovery.take_over_dead_local_workers(self.id)
 
     def run(self, *, until_idle: bool = False, max_seconds: float | None = None) -> int:
         """Loop until stopped (or idle); returns the number of runs driven to a stop."""
