@@ -48,10 +48,10 @@ def test_map_children_bounds_concurrency_and_keeps_item_order(drive):
     parent = journal.get_run(run_id)
     assert parent.status == RunStatus.COMPLETED, parent.error
     assert parent.output == [i * i for i in items]
-    children = list(Run.objects.filter(parent_id=run_id).values("created_at", "finished_at"))
+    children = list(Run.objects.filter(parent_id=run_id).values("started_at", "finished_at"))
     assert len(children) == len(items)
-    for c in children:  # at each child's start, at most 3 children were live (itself included)
-        live = [o for o in children if o["created_at"] <= c["created_at"] < o["finished_at"]]
+    for c in children:  # when each child started running, at most 3 children were running (itself included)
+        live = [o for o in children if o["started_at"] <= c["started_at"] < o["finished_at"]]
         assert len(live) <= 3
     assert SessionEvent.objects.filter(run_id=run_id, kind=EventKind.CHILD_STARTED).count() == len(items)
     assert sorted(waiting.lines()) == sorted([f"square {i}" for i in items] + [f"fan-out done {run_id}"])

@@ -156,7 +156,8 @@ def _settle(ctx: Context, status: str, event: str, payload: dict, **fields: Any)
     def commit() -> None:
         move()
         if ctx.run.parent_id is not None:
-            children.wake_parent(ctx.run.parent_id)  # a child's end wakes its parent in the same transaction
+            # The last of its group to end wakes its parent, in this same transaction.
+            children.wake_parent(ctx.run.parent_id, ctx.run.concurrency_key)
 
     try:
         ctx.writer.record(event, payload, actor=ctx.worker_id, extra=commit)

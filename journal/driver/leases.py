@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.db import connection, transaction
-from django.db.models import Count
+from django.db.models import Count, F
 from django.utils import timezone
 
 from journal.driver.executor import Claim
@@ -52,6 +52,37 @@ def _over_limit(candidates: list[dict]) -> set[str]:
     return {a for a in agents if running.get(a, 0) >= limited[a]}
 
 
+def _full_groups() -> list[str]:
+    """Fan-out groups already running as many children as their limit allows."""
+    return list(
+        Run.objects.filter(status=RunStatus.RUNNING).exclude(concurrency_key="")
+        .values("concurrency_key", "concurrency_limit").annotate(n=Count("id"))
+        .filter(n__gte=F("concurrency_limit")).values_list("concurrency_key", flat=True)
+    )
+
+
+class _GroupRoom:
+    """How many more children of each fan-out group this claim may start (the rest wait their turn)."""
+
+    def __init__(self, rows: list[dict]):
+        keys = {row["concurrency_key"] for row in rows if row["concurrency_key"]}
+        running = dict(
+            Run.objects.filter(concurrency_key__in=keys, status=RunStatus.RUNNING).values_list("concurrency_key")
+            .annotate(n=Count("id")).values_list("concurrency_key", "n")
+        ) if keys else {}
+        self.room = {row["concurrency_key"]: (row["concurrency_limit"] or 1) - running.get(row["concurrency_key"], 0)
+                     for row in rows if row["concurrency_key"]}
+
+    def take(self, row: dict) -> bool:
+        key = row["concurrency_key"]
+        if not key or row["status"] != RunStatus.PENDING:  # a recovered child already held its slot
+            return True
+        if self.room.get(key, 0) <= 0:
+            return False
+        self.room[key] -= 1
+        return True
+
+
 def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None) -> list[Claim]:
     """Claim up to ``limit`` runnable runs (or the one ``run_id``) for ``worker_id``."""
     if limit <= 0:
@@ -61,26 +92,32 @@ def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None
     qs = Run.objects.runnable(now)
     if run_id is not None:
         qs = qs.filter(id=run_id)
-    fields = ("id", "status", "epoch", "attempts", "started_at", "lease_owner", "agent")
+    full = _full_groups()
+    if full:  # in SQL, so a saturated fan-out's waiting children cannot crowd other runs out of the window
+        qs = qs.exclude(concurrency_key__in=full)
+    fields = ("id", "status", "epoch", "attempts", "started_at", "lease_owner", "agent", "concurrency_key",
+              "concurrency_limit")
     claims: list[Claim] = []
     if connection.vendor == "postgresql":
         with transaction.atomic():
             rows = list(qs.order_by("created_at").select_for_update(skip_locked=True).values(*fields)[: limit * 2])
             blocked = _over_limit(rows)
+            room = _GroupRoom(rows)
             for row in rows:
                 if len(claims) >= limit:
                     break
-                if row["agent"] in blocked:
+                if row["agent"] in blocked or not room.take(row):
                     continue
                 _take(row, worker_id, now, ttl)  # the row is locked: the move cannot miss
                 claims.append(_to_claim(row, now))
         return claims
     rows = list(qs.order_by("created_at").values(*fields)[: limit * 4])
     blocked = _over_limit(rows)
+    room = _GroupRoom(rows)
     for row in rows:
         if len(claims) >= limit:
             break
-        if row["agent"] in blocked:
+        if row["agent"] in blocked or not room.take(row):
             continue
         if _take(row, worker_id, now, ttl, epoch=row["epoch"], lease_owner=row["lease_owner"]):
             claims.append(_to_claim(row, now))

@@ -46,7 +46,8 @@ def register_harnesses() -> int:
 
 def start_run(workflow: str | Callable[..., Any], args: tuple | list = (), kwargs: dict | None = None, *,
               actor: str = "", parent_id=None, durability: str | None = None,
-              checkpoint: str | None = None, run_id=None) -> str:
+              checkpoint: str | None = None, run_id=None, concurrency_key: str = "",
+              concurrency_limit: int | None = None) -> str:
     """Create a pending run; a worker drives it. Validates everything first: nothing half-written."""
     kwargs = kwargs or {}
     defn = registry.get_workflow(_workflow_name(workflow))
@@ -69,6 +70,7 @@ def start_run(workflow: str | Callable[..., Any], args: tuple | list = (), kwarg
             agent=defn.name, harness=harness, version=defn.version, fingerprint=defn.fingerprint,
             input=run_input, durability=durability or defn.durability,
             checkpoint_policy=checkpoint or defn.checkpoint, created_by=actor, parent_id=parent_id,
+            concurrency_key=concurrency_key, concurrency_limit=concurrency_limit,
         )
         SessionEvent.objects.create(run=run, seq=1, kind=EventKind.RUN_STARTED, actor=actor,
                                     payload={"input": run_input, "version": defn.version,

@@ -86,6 +86,10 @@ class Run(models.Model):
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
     forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks")
     fork_step = models.PositiveIntegerField(null=True, blank=True)
+    # A fan-out's children share a group (parent id and step) and its limit: claims keep at most
+    # ``concurrency_limit`` of them running, and the parent wakes once, when the last one ends.
+    concurrency_key = models.CharField(max_length=100, blank=True, default="")
+    concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
 
     # Progress and cost, summed as the run goes so lists need no aggregation.
     steps = models.PositiveIntegerField(default=0)  # journaled positions so far
@@ -118,6 +122,10 @@ class Run(models.Model):
                 condition=Q(status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING]),
             ),
             models.Index(fields=["parent"], name="run_parent", condition=Q(parent__isnull=False)),
+            models.Index(fields=["concurrency_key"], name="run_group_open",
+                         condition=Q(status__in=[RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED,
+                                                 RunStatus.NEEDS_ATTENTION, RunStatus.COMPENSATING])
+                         & ~Q(concurrency_key="")),
         ]
         constraints = [
             models.CheckConstraint(

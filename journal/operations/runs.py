@@ -118,7 +118,7 @@ def cancel(run_id, reason: str = "", *, actor: str = "") -> Run:
         except RunStateError:
             pass  # it finished meanwhile
     if run.parent_id is not None:
-        wake_parent(run.parent_id)
+        wake_parent(run.parent_id, run.concurrency_key)
     return get_run(run.id)
 
 

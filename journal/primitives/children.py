@@ -3,15 +3,17 @@
 A child occupies one step position in its parent. Starting it writes a ``child_started``
 marker (the child's run id, decided before the write) and creates the child run in the same
 transaction, so a replay finds the marker and never starts a second child for that position.
-The parent then suspends (``waiting_for={"kind": "child", ...}``) holding no thread; a child's
-end wakes it inside the child's final transaction (``dispatch.after_settle``). The outcome is
-recorded at the child's position, so a failed child raises the same ``ChildRunError`` on every
-replay.
+The parent then suspends (``waiting_for={"kind": "child", ...}``) holding no thread; the end of
+its last live child wakes it inside that child's final transaction (``wake_parent``, called by
+the executor). The outcome is recorded at the child's position, so a failed child raises the
+same ``ChildRunError`` on every replay.
 
-``map_children`` gives each item its own position up front, whatever state the fan-out is in,
-so positions after it never shift; it keeps at most ``concurrency`` children live and returns
-results in item order. The per-agent limit (``@workflow(max_concurrency=)``) still applies to
-children, in ``leases.claim``.
+``map_children`` gives each item its own position up front, so positions after it never shift,
+and starts every child at once, in one transaction, as one *group* (``Run.concurrency_key``)
+whose limit the claim enforces: at most ``concurrency`` of them run at a time. The parent
+sleeps until the whole group has ended and then replays once, so a fan-out of n children
+costs O(n), not one replay of the parent per finished child. Results come in item order. The
+per-agent limit (``@workflow(max_concurrency=)``) still applies to children, in ``leases.claim``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from journal.store import runstate
 from journal.store.doorbell import notify
 from journal.store.errors import BadArgumentsError, DurableError, StepError, Suspend
 from journal.store.serialization import fingerprint, to_json
+
+MAX_IDS_SHOWN = 50  # child ids kept in the parent's waiting_for, for people; the group is what wakes it
 
 
 class ChildRunError(StepError):
@@ -93,19 +97,25 @@ def _validate(defn: registry.WorkflowDef, slot: _Slot) -> None:
         raise BadArgumentsError(f"bad arguments for child agent {defn.name!r}: {exc}") from None
 
 
-def _start(ctx, defn: registry.WorkflowDef, step_name: str, slot: _Slot) -> None:
-    """Record the marker and create the child in one transaction: a replay can never start it twice."""
-    child_id = str(uuid.uuid4())
-    marker = {"child_run_id": child_id, "agent": defn.name, "args_hash": slot.args_hash}
+def _start(ctx, defn: registry.WorkflowDef, step_name: str, slots: list[_Slot], group: str, limit: int) -> None:
+    """Record the slots' markers and create their children in one transaction: a replay can never
+    start one twice, and a crash in between leaves neither."""
+    markers = []
+    for slot in slots:
+        slot.child_id = str(uuid.uuid4())
+        marker = {"child_run_id": slot.child_id, "agent": defn.name, "args_hash": slot.args_hash}
+        ctx.writer.record(EventKind.CHILD_STARTED, marker, position=slot.position, step_name=step_name,
+                          actor=ctx.worker_id, durability="exit")
+        markers.append((slot, marker))
 
     def create() -> None:
-        start_run(defn.name, slot.args, slot.kwargs, actor=f"run:{ctx.run_id}", parent_id=ctx.run.id,
-                  run_id=child_id)
+        for slot in slots:
+            start_run(defn.name, slot.args, slot.kwargs, actor=f"run:{ctx.run_id}", parent_id=ctx.run.id,
+                      run_id=slot.child_id, concurrency_key=group, concurrency_limit=limit)
 
-    ctx.writer.record(EventKind.CHILD_STARTED, marker, position=slot.position, step_name=step_name,
-                      actor=ctx.worker_id, extra=create)
-    ctx.markers.setdefault(slot.position, {})[EventKind.CHILD_STARTED] = marker
-    slot.child_id = child_id
+    ctx.writer.barrier(extra=create)
+    for slot, marker in markers:
+        ctx.markers.setdefault(slot.position, {})[EventKind.CHILD_STARTED] = marker
 
 
 def _finish(ctx, step_name: str, slot: _Slot, child: dict) -> None:
@@ -140,14 +150,15 @@ def _advance(ctx, defn: registry.WorkflowDef, step_name: str, slots: list[_Slot]
     live = [s for s in slots if s.record is None and s.child_id is not None]
     waiting = [s for s in slots if s.record is None and s.child_id is None]
     for slot in waiting:
-        _validate(defn, slot)  # all of them before any start: bad input starts nothing new
-    for slot in waiting[: max(0, concurrency - len(live))]:
+        _validate(defn, slot)  # all of them before any start: bad input starts nothing
+    group = group_of(ctx.run_id, slots[0].position)
+    if waiting:
         ctx.check_interrupts()
-        _start(ctx, defn, step_name, slot)
-        live.append(slot)
+        _start(ctx, defn, step_name, waiting, group, concurrency)
+        live += waiting
     if live:
-        raise Suspend({"kind": "child", "position": slots[0].position, "agent": defn.name,
-                       "child_run_ids": [s.child_id for s in live],
+        raise Suspend({"kind": "child", "position": slots[0].position, "agent": defn.name, "group": group,
+                       "child_run_ids": [s.child_id for s in live][:MAX_IDS_SHOWN],
                        "done": sum(1 for s in slots if s.record is not None), "total": len(slots)})
     return [_outcome(s.record) for s in slots]  # the first failure, in item order, raises
 
@@ -176,18 +187,32 @@ def map_children(ctx, workflow: str | Callable[..., Any], items: list, *, concur
     return _advance(ctx, defn, step_name, slots, concurrency)
 
 
+def group_of(run_id, position: int) -> str:
+    """The concurrency group of the children started at ``position`` of a run."""
+    return f"{run_id}:{position}"
+
+
+def _group_open(group: str) -> bool:
+    """Does a child of the group still run or wait? (an EXISTS on a partial index: O(1) per check)"""
+    return Run.objects.filter(concurrency_key=group).exclude(status__in=TERMINAL_STATUSES).exists()
+
+
 def after_suspend(ctx, waiting_for: dict, final: list) -> None:
-    """Inside the suspension's transaction: a child that ended while the parent ran wakes it at once."""
-    ids = waiting_for.get("child_run_ids") or []
-    ended = ids and Run.objects.filter(id__in=ids, status__in=TERMINAL_STATUSES).exists()
-    if ended and runstate.wake(ctx.run.id, at_epoch=ctx.epoch):
+    """Inside the suspension's transaction: a group whose children all ended while the parent ran wakes it."""
+    group = waiting_for.get("group")
+    if group and not _group_open(group) and runstate.wake(ctx.run.id, at_epoch=ctx.epoch):
         final[0] = RunStatus.PENDING
 
 
-def wake_parent(parent_id) -> bool:
-    """Make a parent that waits on children runnable; it re-checks them when it replays."""
+def wake_parent(parent_id, group: str = "") -> bool:
+    """A child ended: make its parent runnable if that child was the last of its group to end.
+
+    The parent's row is locked first, so of two children ending at once the second to commit sees
+    the first one ended (PostgreSQL, READ COMMITTED) and no wake-up is lost."""
     with transaction.atomic():  # (a savepoint inside the child's final transaction)
         runstate.lock_for_wake(parent_id)
+        if group and _group_open(group):
+            return False
         woke = runstate.wake(parent_id, waiting_for={"kind": "child"})
         if woke:
             notify(parent_id)
