@@ -1,6 +1,6 @@
 """durable-ui's engine: agents as plain Python functions whose every step is journaled.
 
-The public API (stable; ``shared/DESIGN.md`` "Public API", and the README's "The engine in one screen")::
+The public API (stable; the README's "The engine in one screen" and "Glossary")::
 
     import journal
 

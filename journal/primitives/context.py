@@ -20,7 +20,7 @@ from typing import Any
 from django.utils import timezone
 
 from journal.engine.protocol import record_value
-from journal.models import EventKind
+from journal.models import EventKind, Run
 from journal.primitives.approvals import request_approval
 from journal.primitives.children import map_children, run_child
 from journal.primitives.llm import model_call
@@ -29,6 +29,7 @@ from journal.primitives.versioning import patched
 from journal.primitives.waits import sleep, wait_for_signal
 from journal.store.errors import Cancelled, DurableError, Released
 from journal.store.serialization import to_json
+from journal.store.writer import JournalWriter
 
 _current: contextvars.ContextVar[Context | None] = contextvars.ContextVar("journal_context", default=None)
 
@@ -47,7 +48,9 @@ def current_or_none() -> Context | None:
 class Context:
     """Handed to every workflow as its first argument."""
 
-    def __init__(self, *, run, writer, recorded: dict, markers: dict, worker_id: str = "", replay_only: bool = False):
+    def __init__(self, *, run: Run, writer: JournalWriter, recorded: dict[int, dict], markers: dict[int, dict],
+                 worker_id: str = "", replay_only: bool = False):
+        """``writer`` is the run's fenced journal writer (the in-memory replayer passes one that writes nothing)."""
         self.run = run
         self.run_id: str = str(run.id)
         self.agent: str = run.agent
