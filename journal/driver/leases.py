@@ -52,12 +52,13 @@ def _over_limit(candidates: list[dict]) -> set[str]:
     return {a for a in agents if running.get(a, 0) >= limited[a]}
 
 
-def _full_groups() -> list[str]:
-    """Fan-out groups already running as many children as their limit allows."""
-    return list(
+def _full_groups():
+    """Fan-out groups already running as many children as their limit allows (a subquery: the claim
+    stays one statement)."""
+    return (
         Run.objects.filter(status=RunStatus.RUNNING).exclude(concurrency_key="")
         .values("concurrency_key", "concurrency_limit").annotate(n=Count("id"))
-        .filter(n__gte=F("concurrency_limit")).values_list("concurrency_key", flat=True)
+        .filter(n__gte=F("concurrency_limit")).values("concurrency_key")
     )
 
 
@@ -92,9 +93,8 @@ def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None
     qs = Run.objects.runnable(now)
     if run_id is not None:
         qs = qs.filter(id=run_id)
-    full = _full_groups()
-    if full:  # in SQL, so a saturated fan-out's waiting children cannot crowd other runs out of the window
-        qs = qs.exclude(concurrency_key__in=full)
+    # In SQL, so a saturated fan-out's waiting children cannot crowd other runs out of the window.
+    qs = qs.exclude(concurrency_key__in=_full_groups())
     fields = ("id", "status", "epoch", "attempts", "started_at", "lease_owner", "agent", "concurrency_key",
               "concurrency_limit")
     claims: list[Claim] = []

@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils.dateparse import parse_datetime
 
 from journal.engine.checkpoints import checkpoint_for, decode_state
@@ -43,11 +43,9 @@ def load_journal(run_id) -> tuple[dict, dict, int]:
         .values_list("seq", "kind", "position", "step_name", "payload")
         .order_by("seq")
     )
-    retry_seq = (
-        SessionEvent.objects.filter(run_id=run_id, kind=EventKind.OPERATOR_ACTION, payload__action="retry")
-        .order_by("-seq").values_list("seq", flat=True).first()
-    ) or 0
-    last_seq = SessionEvent.objects.filter(run_id=run_id).order_by("-seq").values_list("seq", flat=True).first() or 0
+    marks = SessionEvent.objects.filter(run_id=run_id).aggregate(
+        last=Max("seq"), retry=Max("seq", filter=Q(kind=EventKind.OPERATOR_ACTION, payload__action="retry")))
+    retry_seq, last_seq = marks["retry"] or 0, marks["last"] or 0
     recorded: dict[int, dict] = {}
     markers: dict[int, dict] = {}
     for seq, kind, position, step_name, payload in rows:
