@@ -45,7 +45,10 @@ WSGI_APPLICATION = "durable_ui.wsgi.application"
 
 TEMPLATES = [
     {
-        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        # Django's backend whose output is always writable as UTF-8 (see durable_ui/templating.py).
+        # NAME keeps "django": django-template-partials finds the backend to wrap by that name.
+        "BACKEND": "durable_ui.templating.DjangoTemplates",
+        "NAME": "django",
         "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
