@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 import uuid
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from django.http import Http404, HttpRequest
 
 from journal.models import Run
 from runs.models import AuditEntry
+from runs.validation import unstorable
 
 NOT_AVAILABLE = (AttributeError, ImportError, NotImplementedError)
 
@@ -22,7 +22,6 @@ NOT_AVAILABLE = (AttributeError, ImportError, NotImplementedError)
 # (Python's int() also takes "²"-like digits, underscores and any size: SQLite overflows, PostgreSQL errors.)
 INT_LIMIT = 2**63 - 1
 _ASCII_INT = re.compile(r"[+-]?[0-9]{1,19}")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def parse_int(text: Any, *, minimum: int = -INT_LIMIT, maximum: int = INT_LIMIT) -> int | None:
@@ -84,9 +83,6 @@ def perform(request: HttpRequest, action: str, call: Callable[[], Any], *, run_i
     return outcome
 
 
-MAX_JSON_DEPTH = 100  # a hand-edited value nested deeper is a mistake or an attack
-
-
 def parse_json_field(text: str, what: str) -> tuple[Any, str]:
     """(value, "") or (None, error message): the server-side half of the JSON editor's validation.
 
@@ -103,33 +99,9 @@ def parse_json_field(text: str, what: str) -> tuple[Any, str]:
         return None, f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
     except (ValueError, RecursionError) as exc:
         return None, f"{what} cannot be stored: {exc}"
-    problem = _unstorable(value, MAX_JSON_DEPTH)
+    problem = unstorable(value)
     return (None, f"{what} cannot be stored: {problem}") if problem else (value, "")
 
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON databases store")
-
-
-def _unstorable(value: Any, depth: int) -> str:
-    """Why ``value`` cannot be written ("" when it can); walks at most ``depth`` levels."""
-    if depth < 0:
-        return f"nested deeper than {MAX_JSON_DEPTH} levels"
-    if isinstance(value, str):
-        return _unstorable_text(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return "a number too large to store"
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        problem = (_unstorable_text(key) if isinstance(key, str) else "") or _unstorable(item, depth - 1)
-        if problem:
-            return problem
-    return ""
-
-
-def _unstorable_text(text: str) -> str:
-    if "\x00" in text:
-        return "text contains a NUL character (\\u0000)"
-    if _SURROGATE.search(text):
-        return "text contains a lone surrogate (\\ud800-\\udfff)"
-    return ""
