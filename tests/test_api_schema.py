@@ -11,18 +11,17 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+import schemathesis
 from django.core import signals
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schemathesis import checks as ss_checks
+from schemathesis.generation import GenerationMode
 
-schemathesis = pytest.importorskip("schemathesis")
-from schemathesis import checks as ss_checks  # noqa: E402
-from schemathesis.generation import GenerationMode  # noqa: E402
-
-import tests.agents.dashboard_demo  # noqa: E402,F401  (registers dash_ok before the registry snapshot)
-from runs.models import ApiToken, WebhookEndpoint  # noqa: E402
+import tests.agents.dashboard_demo  # noqa: F401  (registers dash_ok before the registry snapshot)
+from runs.models import ApiToken, WebhookEndpoint
 
 pytestmark = pytest.mark.django_db
 
