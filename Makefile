@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-sqlite test-postgres lint lint-imports bench migrations clean
+.PHONY: install demo serve test test-sqlite test-postgres lint lint-imports bench migrations clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,15 @@ install: $(STAMP)
 demo: install
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py demo
+
+# Production: collect the static files (compressed, hashed names) and serve the dashboard with gunicorn.
+# Needs SECRET_KEY and ALLOWED_HOSTS; README "Deploying" has the rest. BIND=0.0.0.0:8000 to listen on
+# every interface; WEB_CONCURRENCY sets gunicorn's worker processes (its own variable).
+BIND ?= 127.0.0.1:8000
+serve: install
+	DURABLE_PRODUCTION=1 $(PY) manage.py collectstatic --noinput --verbosity 0
+	DURABLE_PRODUCTION=1 $(VENV)/bin/gunicorn durable_ui.wsgi --bind $(BIND) --access-logfile - \
+		--workers $${WEB_CONCURRENCY:-3} --timeout 60 --graceful-timeout 30
 
 # The full suite on the embedded SQLite database, then on PostgreSQL (DATABASE_URL, the local
 # server, or a throwaway cluster tests/services.py starts). REDIS_URL works the same way.

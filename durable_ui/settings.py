@@ -4,15 +4,27 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from durable_ui.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY", "insecure-dev-key-set-SECRET_KEY-in-production")
+DEV_SECRET_KEY = "insecure-dev-key-set-SECRET_KEY-in-production"
+SECRET_KEY = env_str("SECRET_KEY", DEV_SECRET_KEY)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# DURABLE_PRODUCTION=1 is a deployment behind gunicorn (README "Deploying"): HTTPS-only settings, and
+# static files collected, compressed and cache-busted. It is a switch of its own rather than "DEBUG off"
+# because DEBUG is off everywhere by default — tests, `make demo`, workers — and those serve plain
+# http on localhost from the source folders.
+PRODUCTION = env_bool("DURABLE_PRODUCTION", False)
+if PRODUCTION and DEBUG:
+    raise ImproperlyConfigured("DURABLE_PRODUCTION=1 needs DEBUG=0: debug pages show settings and source")
+if PRODUCTION and (SECRET_KEY == DEV_SECRET_KEY or len(SECRET_KEY) < 50):
+    raise ImproperlyConfigured("DURABLE_PRODUCTION=1 needs a SECRET_KEY of 50+ random characters of its own")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -31,6 +43,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # static files from the app server, before any other work
+    "runs.middleware.RefuseNulMiddleware",  # 400 before PostgreSQL sees a NUL in a path, query, form or cookie
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -45,7 +59,10 @@ WSGI_APPLICATION = "durable_ui.wsgi.application"
 
 TEMPLATES = [
     {
-        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        # Django's backend whose output is always writable as UTF-8 (see durable_ui/templating.py).
+        # NAME keeps "django": django-template-partials finds the backend to wrap by that name.
+        "BACKEND": "durable_ui.templating.DjangoTemplates",
+        "NAME": "django",
         "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
@@ -85,7 +102,32 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# In production WhiteNoise serves what collectstatic wrote to STATIC_ROOT: gzip-compressed, names carrying
+# a hash of their content (so browsers may cache them forever). Elsewhere (tests, the demo, runserver with
+# DEBUG off) it serves the source folders as they are: no collectstatic, no manifest, and no STATIC_ROOT
+# (WhiteNoise would warn that it does not exist).
+STATIC_ROOT = Path(env_str("STATIC_ROOT", "") or BASE_DIR / "staticfiles") if PRODUCTION else None
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage" if PRODUCTION
+                    else "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = not PRODUCTION
+WHITENOISE_KEEP_ONLY_HASHED_FILES = PRODUCTION
+
+# --- HTTPS (production) -------------------------------------------------------------------------
+# On by default in production; each can be relaxed, e.g. all three off for a plain-http test on localhost.
+# Behind a proxy that terminates TLS, name the header it sets (X-Forwarded-Proto) in
+# DURABLE_PROXY_SSL_HEADER so Django knows the request was https; only do so if the proxy always sets it.
+if PRODUCTION:
+    SECURE_SSL_REDIRECT = env_bool("DURABLE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("DURABLE_SECURE_COOKIES", True)
+    SECURE_HSTS_SECONDS = env_int("DURABLE_HSTS_SECONDS", 31_536_000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DURABLE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("DURABLE_HSTS_PRELOAD", True)
+    _proxy_header = env_str("DURABLE_PROXY_SSL_HEADER", "").strip()
+    if _proxy_header:
+        SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https")
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"

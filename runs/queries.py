@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import Q, QuerySet, TextField
@@ -95,7 +96,7 @@ class RunFilter:
 def _as_uuid(text: str) -> uuid.UUID | None:
     try:
         return uuid.UUID(text)
-    except ValueError:
+    except (ValueError, TypeError):
         return None
 
 
@@ -117,8 +118,13 @@ def _parse_time(text: str, name: str, errors: list[str], end_of_day: bool = Fals
             errors.append(f"{name}: {text!r} is not a date (use YYYY-MM-DD or YYYY-MM-DDTHH:MM)")
             return None
         value = datetime.combine(day, datetime.max.time() if end_of_day else datetime.min.time())
-    if timezone.is_naive(value):
-        value = timezone.make_aware(value)
+    try:
+        if timezone.is_naive(value):
+            value = timezone.make_aware(value)
+        value.astimezone(UTC)  # what the database is sent: year 1 at +23:59 is year 0, which no column holds
+    except (OverflowError, ValueError):
+        errors.append(f"{name}: {text!r} is outside the years a date can have")
+        return None
     return value
 
 
@@ -134,8 +140,8 @@ def decode_cursor(text: str) -> tuple[str, str] | None:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         value, run_id = json.loads(raw)
         return str(value), str(run_id)
-    except (ValueError, TypeError):
-        raise FilterError("the page link is damaged; start again from the first page") from None
+    except (ValueError, TypeError, RecursionError):
+        raise FilterError(DAMAGED) from None
 
 
 @dataclass
@@ -153,14 +159,31 @@ LIST_FIELDS = ("id", "agent", "version", "status", "steps", "progress", "tokens"
                "started_at", "finished_at", "error", "paused", "parent_id", "forked_from_id", "attention_reason")
 
 
+DAMAGED = "the page link is damaged; start again from the first page"
+_CURSOR_INT = re.compile(r"[0-9]{1,18}")  # steps and tokens: non-negative, within a 64-bit column
+_CURSOR_DECIMAL = re.compile(r"-?[0-9]{1,8}(\.[0-9]{1,6})?")  # cost: Decimal(14, 6)
+_UNBINDABLE = re.compile("[\x00\ud800-\udfff]")
+
+
 def _cursor_value(column: str, text: str):
+    """The sort value a cursor carries, checked against its column's type: a forged or truncated link
+    is a FilterError (a message above the list), never a database error."""
     if column == "created_at":
-        value = parse_datetime(text)
+        try:
+            value = parse_datetime(text)
+        except ValueError:
+            value = None
         if value is None:
-            raise FilterError("the page link is damaged; start again from the first page")
-        return value
+            raise FilterError(DAMAGED)
+        return timezone.make_aware(value) if timezone.is_naive(value) else value
     if column in ("steps", "tokens"):
+        if not _CURSOR_INT.fullmatch(text):
+            raise FilterError(DAMAGED)
         return int(text)
+    if column == "cost" and not _CURSOR_DECIMAL.fullmatch(text):
+        raise FilterError(DAMAGED)
+    if _UNBINDABLE.search(text):  # NUL or a lone surrogate: no database accepts it as a parameter
+        raise FilterError(DAMAGED)
     return text
 
 
@@ -171,7 +194,9 @@ def runs_page(f: RunFilter, *, after: str = "", before: str = "", size: int = PA
     backwards = bool(before) and not after
     cursor = decode_cursor(before if backwards else after)
     if cursor:
-        value, rid = _cursor_value(column, cursor[0]), cursor[1]
+        value, rid = _cursor_value(column, cursor[0]), _as_uuid(cursor[1])
+        if rid is None:
+            raise FilterError(DAMAGED)
         # walking forward in a descending sort means smaller values, and the reverse
         smaller = desc != backwards
         op = "lt" if smaller else "gt"

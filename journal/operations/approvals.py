@@ -26,7 +26,7 @@ from journal.store.errors import (
     DuplicateVoteError,
     RunNotFoundError,
 )
-from journal.store.serialization import to_json
+from journal.store.serialization import check_text, to_json
 
 __all__ = ["ApprovalClosedError", "ApprovalError", "ApprovalNotFoundError", "ApprovalPermissionError",
            "DuplicateVoteError", "decide", "get_approval", "pending_approvals", "run_of"]
@@ -56,6 +56,8 @@ def decide(approval_id, *, approved: bool, actor: str, actor_roles: set[str] | N
         raise ApprovalError("a decision needs the actor who made it")
     if not isinstance(comment, str):
         raise ApprovalError("a comment must be text")
+    check_text(comment, what="the comment")
+    check_text(actor, what="the actor", max_length=150)
     try:
         uuid.UUID(str(approval_id))
     except ValueError:

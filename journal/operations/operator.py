@@ -34,7 +34,7 @@ from journal.operations.runs import get_run
 from journal.store import runstate
 from journal.store.doorbell import notify
 from journal.store.errors import BadArgumentsError, RunStateError
-from journal.store.serialization import fingerprint, to_json
+from journal.store.serialization import check_text, fingerprint, to_json
 
 HELD_STATUSES = (RunStatus.RUNNING, RunStatus.COMPENSATING)  # a worker may hold these
 PAUSABLE_STATUSES = tuple(runstate.IDLE | set(HELD_STATUSES))
@@ -82,6 +82,7 @@ def pause(run_id, *, actor: str = "", reason: str = "") -> Run:
 
     A run a worker holds is released at its next step boundary (the pause is recorded then).
     """
+    check_text(reason, what="the reason")
     run = get_run(run_id)
     if run.status not in PAUSABLE_STATUSES:
         raise _refuse(run, "pause", f"it is {run.status}")
@@ -141,6 +142,10 @@ def pause_agent(agent: str, *, actor: str = "", reason: str = "") -> int:
     """Freeze ``agent`` (an incident): pause every live run, and runs started meanwhile start paused.
 
     Returns how many live runs were paused."""
+    if not isinstance(agent, str) or not agent.strip() or len(agent) > 200:
+        raise BadArgumentsError("an agent name is 1 to 200 characters")
+    check_text(agent, what="the agent name")
+    check_text(reason, what="the reason")
     AgentPause.objects.update_or_create(agent=agent, defaults={"paused_by": actor, "reason": reason})
     count = 0
     for run_id in Run.objects.filter(agent=agent, status__in=PAUSABLE_STATUSES, paused=False).values_list(

@@ -20,8 +20,10 @@ from django.utils import timezone
 from journal.models import TERMINAL_STATUSES, RetentionRule, Run
 from journal.models.session import allow_deletes
 from journal.store.errors import DurableError
+from journal.store.serialization import check_text
 
 log = logging.getLogger(__name__)
+MAX_KEEP_DAYS = 36_500  # a century: beyond it, a date overflows
 
 @dataclass
 class RulePreview:
@@ -95,8 +97,11 @@ def set_rule(*, agent: str = "", status: str = "", keep_days: int, actor: str = 
     if status and status not in TERMINAL_STATUSES:
         raise DurableError(f"retention applies to finished runs: status must be one of "
                            f"{', '.join(sorted(TERMINAL_STATUSES))} or blank")
-    if not isinstance(keep_days, int) or keep_days < 1:
-        raise DurableError("keep at least 1 day")
+    if not isinstance(keep_days, int) or isinstance(keep_days, bool) or not 1 <= keep_days <= MAX_KEEP_DAYS:
+        raise DurableError(f"keep_days must be a whole number of days from 1 to {MAX_KEEP_DAYS:,}")
+    if not isinstance(agent, str) or len(agent.strip()) > 200:
+        raise DurableError("an agent name has at most 200 characters")
+    check_text(agent, what="the agent name")
     rule, _ = RetentionRule.objects.update_or_create(
         agent=agent.strip(), status=status,
         defaults={"keep_days": keep_days, "created_by": actor, "updated_at": timezone.now()})

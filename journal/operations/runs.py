@@ -98,6 +98,7 @@ def cancel(run_id, reason: str = "", *, actor: str = "") -> Run:
     run = get_run(run_id)
     if run.status in runstate.TERMINAL:
         raise RunStateError(f"run {run.id} is already {run.status}; there is nothing to cancel")
+    check_text(reason or "", what="the reason")
     reason = reason or "cancelled by operator"
     with transaction.atomic():
         stopped = runstate.move(

@@ -7,6 +7,18 @@ from typing import Any
 from uuid import UUID
 
 from ninja import Field, Schema
+from pydantic import field_validator
+
+from runs.validation import unstorable
+
+
+def _storable(value: Any) -> Any:
+    """Refuse (422, in the documented shape) what no database column can hold, before the engine is
+    called: NUL, lone surrogates, NaN/Infinity, absurd nesting (runs/validation.py)."""
+    problem = unstorable(value)
+    if problem:
+        raise ValueError(problem)
+    return value
 
 
 class ErrorOut(Schema):
@@ -18,6 +30,8 @@ class StartRunIn(Schema):
     agent: str = Field(..., min_length=1, max_length=200, description="a registered agent (workflow) name")
     args: list[Any] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    refuse_unstorable = field_validator("agent", "args", "kwargs")(_storable)
 
 
 class RunOut(Schema):
@@ -41,6 +55,8 @@ class SignalIn(Schema):
     payload: Any = None
     signal_id: str = Field("", max_length=200, description="idempotency key: the same id is accepted once")
 
+    refuse_unstorable = field_validator("name", "payload", "signal_id")(_storable)
+
 
 class SignalOut(Schema):
     run_id: str
@@ -58,6 +74,8 @@ class DecisionIn(Schema):
     approved: bool
     comment: str = Field("", max_length=10_000)
     edited: Any = Field(None, description="a corrected value the workflow receives with the decision")
+
+    refuse_unstorable = field_validator("comment", "edited")(_storable)
 
 
 class DecisionOut(Schema):

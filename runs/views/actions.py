@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from runs.permissions import operator_required
-from runs.views.common import Outcome, get_run_or_404, parse_json_field, perform
+from runs.views.common import Outcome, get_run_or_404, parse_int, parse_json_field, perform
 
 EFFECT_RESOLUTIONS = ("done", "retry", "skip")
 
@@ -57,9 +57,8 @@ def _do_signal(request, run, actor):
 def _do_resolve(request, run, actor):
     import journal
 
-    try:
-        position = int(request.POST.get("position", ""))
-    except ValueError:
+    position = parse_int(request.POST.get("position", ""), minimum=1)
+    if position is None:
         return "choose the step position of the effect to resolve", "", None
     how = request.POST.get("resolution", "")
     if how not in EFFECT_RESOLUTIONS:
@@ -76,9 +75,8 @@ def _do_resolve(request, run, actor):
 def _do_fork(request, run, actor):
     import journal
 
-    try:
-        at_step = int(request.POST.get("at_step", ""))
-    except ValueError:
+    at_step = parse_int(request.POST.get("at_step", ""), minimum=1)
+    if at_step is None:
         return "choose the step to fork from", "", None
     override, error = parse_json_field(request.POST.get("override", ""), "the edited result")
     if error:

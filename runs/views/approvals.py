@@ -8,7 +8,6 @@ sending that signal). Both show here so an on-call operator has one place to loo
 from __future__ import annotations
 
 from django.contrib import messages
-from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -16,7 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 from journal.models import Run, RunStatus
 from runs.permissions import operator_required, viewer_required
 from runs.roles import roles_of
-from runs.views.common import Outcome, get_run_or_404, parse_json_field, perform
+from runs.views.common import Outcome, as_uuid, get_run_or_404, parse_json_field, perform
 
 INBOX_ROWS = 200
 DECISIONS = ("accept", "edit", "reject", "respond")
@@ -73,6 +72,21 @@ def inbox(request: HttpRequest) -> HttpResponse:
     return render(request, "runs/approvals.html", context)
 
 
+def _form_error(decision: str, comment: str, edited, approval_id: str, run_id: str) -> str:
+    """Why the decision form cannot be acted on ("" when it can), before any id reaches a query."""
+    if decision not in DECISIONS:
+        return f"decision must be one of {', '.join(DECISIONS)}"
+    if decision == "respond" and not comment:
+        return "write the response in the comment box"
+    if decision == "edit" and edited is None:
+        return "edit-then-accept needs the edited value (JSON)"
+    if approval_id and as_uuid(approval_id) is None:
+        return f"{approval_id[:40]!r} is not an approval id"
+    if not approval_id and as_uuid(run_id) is None:
+        return "the form names neither an approval nor a run waiting for a signal"
+    return ""
+
+
 @require_POST
 @operator_required
 def decide(request: HttpRequest) -> HttpResponse:
@@ -83,14 +97,9 @@ def decide(request: HttpRequest) -> HttpResponse:
     comment = request.POST.get("comment", "").strip()[:4000]
     actor = request.user.get_username()
     edited, error = parse_json_field(request.POST.get("edited", ""), "the edited value")
-    if decision not in DECISIONS:
-        error = f"decision must be one of {', '.join(DECISIONS)}"
-    elif decision == "respond" and not comment:
-        error = "write the response in the comment box"
-    elif decision == "edit" and edited is None and not error:
-        error = "edit-then-accept needs the edited value (JSON)"
-    approval_id = request.POST.get("approval_id", "")
+    approval_id = request.POST.get("approval_id", "").strip()
     run_id = request.POST.get("run_id", "")
+    error = error or _form_error(decision, comment, edited, approval_id, run_id)
     outcome: Outcome
     if error:
         outcome = Outcome(False, error)
@@ -103,12 +112,7 @@ def decide(request: HttpRequest) -> HttpResponse:
                                   comment=comment, edited=edited if decision == "edit" else None)
 
         Approval = approval_model()
-        row = None
-        if Approval is not None:
-            try:
-                row = Approval.objects.filter(id=approval_id).only("run_id").first()
-            except (ValueError, ValidationError):
-                row = None
+        row = Approval.objects.filter(id=as_uuid(approval_id)).only("run_id").first() if Approval else None
         outcome = perform(request, f"approval_{decision}", call, run_id=row.run_id if row else None,
                           target=f"approval {approval_id}", comment=comment,
                           describe=lambda r: f"{decision}ed" if decision != "edit" else "edited and accepted")

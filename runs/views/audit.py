@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET, require_POST
 from runs.models import AuditEntry
 from runs.permissions import admin_required, admin_write_required, operator_read_required, read_only
 from runs.roles import ROLE_NAMES
-from runs.views.common import perform
+from runs.views.common import as_uuid, parse_int, perform
 
 AUDIT_PAGE = 100
 
@@ -25,15 +25,18 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     if actor:
         qs = qs.filter(actor=actor)
     if run:
-        try:
-            import uuid
-
-            qs = qs.filter(run_id=uuid.UUID(run))
-        except ValueError:
+        run_id = as_uuid(run)
+        if run_id is None:
             messages.error(request, f"{run!r} is not a run id")
+        else:
+            qs = qs.filter(run_id=run_id)
     before = request.GET.get("before", "")
-    if before.isdigit():
-        qs = qs.filter(id__lt=int(before))
+    if before:
+        cursor = parse_int(before, minimum=1)
+        if cursor is None:
+            messages.error(request, "the page link is damaged; showing the newest entries")
+        else:
+            qs = qs.filter(id__lt=cursor)
     entries = list(qs.order_by("-id")[: AUDIT_PAGE + 1])
     more = len(entries) > AUDIT_PAGE
     entries = entries[:AUDIT_PAGE]
@@ -59,9 +62,9 @@ def roles(request: HttpRequest) -> HttpResponse:
 @require_POST
 @admin_write_required
 def set_role(request: HttpRequest) -> HttpResponse:
-    username = request.POST.get("username", "")
+    username = request.POST.get("username", "")[:150]
     role = request.POST.get("role", "")
-    user = User.objects.filter(username=username).first()
+    user = User.objects.filter(username=username).first() if username else None
     if user is None or (role and role not in ROLE_NAMES):
         messages.error(request, "choose an existing user and one of the roles")
         return redirect("roles")

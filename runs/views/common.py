@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -11,18 +13,45 @@ from django.http import Http404, HttpRequest
 
 from journal.models import Run
 from runs.models import AuditEntry
+from runs.validation import unstorable
 
 NOT_AVAILABLE = (AttributeError, ImportError, NotImplementedError)
 
 
+# Integers a form may carry into a query: what both databases' 64-bit columns can compare against.
+# (Python's int() also takes "²"-like digits, underscores and any size: SQLite overflows, PostgreSQL errors.)
+INT_LIMIT = 2**63 - 1
+_ASCII_INT = re.compile(r"[+-]?[0-9]{1,19}")
+
+
+def parse_int(text: Any, *, minimum: int = -INT_LIMIT, maximum: int = INT_LIMIT) -> int | None:
+    """``text`` as an int within [minimum, maximum], or None: ASCII digits only, never an exception."""
+    if not isinstance(text, str) or not _ASCII_INT.fullmatch(text.strip()):
+        return None
+    value = int(text)
+    return value if minimum <= value <= maximum else None
+
+
+def as_uuid(text: Any) -> uuid.UUID | None:
+    """A run/approval id from a form or query string, or None when it is not one."""
+    if isinstance(text, uuid.UUID):
+        return text
+    try:
+        return uuid.UUID(str(text).strip())
+    except ValueError:
+        return None
+
+
 def get_run_or_404(run_id: Any, *, fields: tuple[str, ...] | None = None) -> Run:
+    """The run, or 404 for an unknown id and for text that is not an id at all."""
+    rid = as_uuid(run_id)
     qs = Run.objects.all()
     if fields:
         qs = qs.only(*fields)
-    try:
-        return qs.get(id=run_id)
-    except (Run.DoesNotExist, ValueError):
-        raise Http404(f"no run with id {run_id}") from None
+    run = qs.filter(id=rid).first() if rid else None
+    if run is None:
+        raise Http404(f"no run with id {run_id}")
+    return run
 
 
 @dataclass
@@ -55,11 +84,24 @@ def perform(request: HttpRequest, action: str, call: Callable[[], Any], *, run_i
 
 
 def parse_json_field(text: str, what: str) -> tuple[Any, str]:
-    """(value, "") or (None, error message): the server-side half of the JSON editor's validation."""
+    """(value, "") or (None, error message): the server-side half of the JSON editor's validation.
+
+    Refuses, with a message, what JSON allows but neither database can store (NaN and Infinity, which
+    PostgreSQL's jsonb rejects; "\\u0000" and lone surrogates, which no text column holds) and values
+    nested absurdly deep, so the engine is never handed a value whose write would fail.
+    """
     text = (text or "").strip()
     if not text:
         return None, ""
     try:
-        return json.loads(text), ""
+        value = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         return None, f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    except (ValueError, RecursionError) as exc:
+        return None, f"{what} cannot be stored: {exc}"
+    problem = unstorable(value)
+    return (None, f"{what} cannot be stored: {problem}") if problem else (value, "")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON databases store")

@@ -19,18 +19,17 @@ from journal.models import (
 )
 from runs import charts, stepper
 from runs.permissions import viewer_required
-from runs.views.common import get_run_or_404
+from runs.views.common import get_run_or_404, parse_int
 
 EVENTS_PAGE = 100  # the first events; the stepper and the tail reach the rest
 TAB_ROWS = 200
 TAIL_ROWS = 200
 
 
-def _int(value: str, default: int) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
+def _int(value: str | None, default: int) -> int:
+    """A step or seq cursor from the query string; anything that is not one falls back to ``default``."""
+    parsed = parse_int(value)
+    return default if parsed is None else parsed
 
 
 @require_GET

@@ -14,7 +14,10 @@ from journal.models import TERMINAL_STATUSES, RetentionRule
 from journal.operations import retention
 from runs.permissions import admin_required, admin_write_required, read_only
 from runs.queries import agent_choices
-from runs.views.common import perform
+from runs.views.common import parse_int, perform
+
+MAX_KEEP_DAYS = 36_500  # a century: anything longer is "forever", which is no rule at all
+MAX_AGENT = 200  # RetentionRule.agent's length
 
 
 @require_GET
@@ -33,12 +36,12 @@ def retention_page(request: HttpRequest) -> HttpResponse:
 @require_POST
 @admin_write_required
 def retention_set(request: HttpRequest) -> HttpResponse:
-    agent = request.POST.get("agent", "")
+    agent = request.POST.get("agent", "").strip()
     status = request.POST.get("status", "")
-    try:
-        keep_days = int(request.POST.get("keep_days", ""))
-    except ValueError:
-        messages.error(request, "keep days must be a whole number")
+    keep_days = parse_int(request.POST.get("keep_days", ""), minimum=1, maximum=MAX_KEEP_DAYS)
+    error = _rule_error(agent, keep_days)
+    if error:
+        messages.error(request, error)
         return redirect("retention")
     outcome = perform(request, "retention_set", lambda: retention.set_rule(
         agent=agent, status=status, keep_days=keep_days, actor=request.user.get_username()),
@@ -46,6 +49,16 @@ def retention_set(request: HttpRequest) -> HttpResponse:
         describe=lambda rule: f"kept: {rule}")
     (messages.success if outcome.ok else messages.error)(request, outcome.message)
     return redirect("retention")
+
+
+def _rule_error(agent: str, keep_days: int | None) -> str:
+    """Why the form cannot become a rule ("" when it can), for what the engine leaves to its columns to
+    refuse (an integer past the column's range, a name longer than it): the status is the engine's check."""
+    if keep_days is None:
+        return f"keep days must be a whole number from 1 to {MAX_KEEP_DAYS}"
+    if len(agent) > MAX_AGENT:
+        return f"an agent name has at most {MAX_AGENT} characters"
+    return ""
 
 
 @require_POST

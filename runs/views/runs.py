@@ -11,7 +11,7 @@ from django_htmx.http import HttpResponseStopPolling
 from journal.models import LIVE_STATUSES, Run, RunStatus
 from runs import queries
 from runs.permissions import operator_required, viewer_required
-from runs.views.common import perform
+from runs.views.common import as_uuid, perform
 
 MAX_LIVE_IDS = 200
 BULK_ACTIONS = {"cancel", "retry", "compensate"}
@@ -59,14 +59,11 @@ def run_list_live(request: HttpRequest) -> HttpResponse:
 
     Returns 286 (htmx: stop polling) once none of them is live any more.
     """
-    ids = [i for i in request.GET.get("ids", "").split(",") if i][:MAX_LIVE_IDS]
+    ids = [rid for rid in map(as_uuid, request.GET.get("ids", "").split(",")[:MAX_LIVE_IDS]) if rid]
     runs = []
-    if ids:
-        try:
-            runs = list(Run.objects.filter(id__in=ids).only("id", "status", "progress", "steps", "paused",
-                                                          "error", "attention_reason"))
-        except Exception:  # a malformed id in the query string: nothing to show
-            runs = []
+    if ids:  # a malformed id in the query string is skipped, not an error
+        runs = list(Run.objects.filter(id__in=ids).only("id", "status", "progress", "steps", "paused",
+                                                      "error", "attention_reason"))
     response = render(request, "runs/list.html#live", {"runs": runs, "oob": True})
     if not any(r.status in LIVE_STATUSES for r in runs):
         stop = HttpResponseStopPolling(response.content)
@@ -99,24 +96,20 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
         "compensate": lambda rid: journal.compensate(rid, actor=actor, reason=reason),
     }
     done, failed = 0, []
-    for rid in ids:
-        outcome = perform(request, action, lambda rid=rid: calls[action](rid), run_id=_uuid_or_none(rid),
+    for text in ids:
+        rid = as_uuid(text)
+        if rid is None:  # never handed to the engine: it is not a run id at all
+            failed.append(f"{text[:40]!r} is not a run id")
+            continue
+        outcome = perform(request, action, lambda rid=rid: calls[action](rid), run_id=rid,
                           comment=reason, target="bulk")
         if outcome.ok:
             done += 1
         else:
-            failed.append(f"{rid[:8]}: {outcome.message}")
+            failed.append(f"{str(rid)[:8]}: {outcome.message}")
     if done:
         messages.success(request, f"{action}: {done} run(s) done")
     for line in failed[:20]:
         messages.error(request, line)
     return redirect(back)
 
-
-def _uuid_or_none(text: str):
-    import uuid
-
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        return None

@@ -24,6 +24,7 @@ from runs.views.common import perform
 
 OVERVIEW_DAYS = 14
 OVERVIEW_CACHE_SECONDS = 300
+MAX_AGENT = 200  # Run.agent and AgentPause.agent
 DURATION_SAMPLE = 5_000  # the latest finished runs read for percentiles; enough for a daily p95
 
 
@@ -72,6 +73,9 @@ def agent_action(request: HttpRequest, agent: str) -> HttpResponse:
     actor = request.user.get_username()
     if action not in ("pause_agent", "unpause_agent"):
         messages.error(request, f"unknown agent action {action!r}")
+        return redirect("workers")
+    if len(agent) > MAX_AGENT:  # longer than any agent's name column: no such agent, and no row to write
+        messages.error(request, f"an agent name has at most {MAX_AGENT} characters")
         return redirect("workers")
     outcome = perform(request, action, lambda: getattr(journal, action)(agent, actor=actor, reason=reason),
                       target=f"agent {agent}", comment=reason,
