@@ -25,7 +25,12 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT))
 
-import journal  # noqa: E402  (the decorators need no database)
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "durable_ui.settings")
+import django  # noqa: E402
+
+django.setup()  # before the decorators: they register steps with an engine that imports its models
+
+import journal  # noqa: E402
 
 
 @journal.step()
@@ -56,10 +61,6 @@ def bench_exit(ctx, n: int) -> int:
 
 
 def measure(steps: int, repeat: int) -> dict:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "durable_ui.settings")
-    import django
-
-    django.setup()
     from django.core.management import call_command
     from django.db import connection
 

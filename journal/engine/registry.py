@@ -29,6 +29,7 @@ class StepDef:
     reconcile: Callable[..., Any] | None = None
     accepts_fencing_token: bool = False
     accepts_idempotency_key: bool = False
+    atomic: bool = False  # its database writes and its journal record commit in one transaction
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,14 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from django.db import DEFAULT_DB_ALIAS, connections
+
 from journal.engine import registry
 from journal.primitives.context import current_or_none
 from journal.primitives.steps import invoke_step
 from journal.store.errors import WorkflowDefinitionError
+
+JOURNAL_DB_ALIAS = DEFAULT_DB_ALIAS  # the engine writes its tables through Django's default database
 
 
 def _qualified(fn: Callable[..., Any]) -> str:
@@ -34,6 +38,23 @@ def _accepts(fn: Callable[..., Any], name: str) -> bool:
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
+def _check_atomic(func: Callable[..., Any], *, effect: bool, durability: str | None, using: str | None) -> None:
+    """An atomic step holds only where its writes and the journal share one transaction."""
+    what = f"atomic step {func.__qualname__}"
+    if effect:
+        raise WorkflowDefinitionError(f"{what}: effect=True and atomic=True exclude each other (an effect reaches "
+                                      "outside the database, where no transaction of ours can hold it)")
+    if durability not in (None, "sync"):
+        raise WorkflowDefinitionError(f"{what}: its record commits with its writes, so durability={durability!r} "
+                                      "cannot apply")
+    alias = using or DEFAULT_DB_ALIAS
+    if alias not in connections.settings:
+        raise WorkflowDefinitionError(f"{what}: no database named {alias!r} (DATABASES)")
+    if alias != JOURNAL_DB_ALIAS:
+        raise WorkflowDefinitionError(f"{what}: it writes to database {alias!r}, but the journal is in "
+                                      f"{JOURNAL_DB_ALIAS!r}: one transaction cannot span two databases")
+
+
 def step(
     fn: Callable[..., Any] | None = None,
     *,
@@ -46,11 +67,20 @@ def step(
     durability: str | None = None,
     on_in_doubt: str | None = None,
     reconcile: Callable[..., Any] | None = None,
+    atomic: bool = False,
+    using: str | None = None,
 ):
     """Make a function a durable step: inside a workflow its result is journaled and replayed.
 
     ``effect=True`` makes it exactly-once: it receives ``idempotency_key=`` (and ``fencing_token=``
     if it accepts one), and an interrupted effect is never silently re-run (see ``on_in_doubt``).
+
+    ``atomic=True`` is for a step whose work is a write to this application's own database (the
+    journal's, ``using`` names it when it is not "default"): the step's writes and its journal
+    record commit in one transaction, fenced by the run's epoch, so it is exactly-once outright —
+    a crash before the commit leaves neither (the step runs again), after it both (it replays).
+    Use an effect instead for anything outside that database (an API, a payment, an email).
+
     Called outside a workflow, a step is a plain function call.
     """
 
@@ -74,6 +104,10 @@ def step(
                 f"step {func.__qualname__}: compensate=, reconcile= and on_in_doubt= apply to effects only "
                 "(add effect=True)"
             )
+        if atomic:
+            _check_atomic(func, effect=effect, durability=durability, using=using)
+        elif using is not None:
+            raise WorkflowDefinitionError(f"step {func.__qualname__}: using= applies to atomic steps only")
         takes_key = _accepts(func, "idempotency_key")
         if effect and not takes_key:
             raise WorkflowDefinitionError(
@@ -93,6 +127,7 @@ def step(
             reconcile=reconcile,
             accepts_fencing_token=_accepts(func, "fencing_token"),
             accepts_idempotency_key=takes_key,
+            atomic=atomic,
         )
         registry.register_step(defn)
 
