@@ -34,7 +34,7 @@ from journal.engine.registry import StepDef
 from journal.models.run import Run
 from journal.models.session import EventKind
 from journal.models.trace import SpanKind
-from journal.primitives.llm_clients import cost_of
+from journal.primitives.llm_clients import ModelError, as_chat_client, cost_of
 from journal.store.blobs import get_many, load_json, store_json
 from journal.store.errors import StepError
 from journal.store.serialization import dumps, fingerprint, to_json
@@ -70,7 +70,12 @@ def load_request(payload: dict) -> dict | None:
 
 def model_call(ctx, client: Any, messages: list[dict], tools: list[dict] | None = None, *,
                prompt_version: str = "", retries: int = 0, retry_delay: float = 1.0, **params: Any) -> dict:
-    """Call a model as a durable step; returns the normalised response (see journal.primitives.llm_clients)."""
+    """Call a model as a durable step; returns the normalised response (see journal.primitives.llm_clients).
+
+    ``client`` is an official ``openai``/``anthropic`` SDK client (sync or async), or any object with
+    ``model`` and ``complete()``.
+    """
+    client = as_chat_client(client)
     if ctx.in_step:  # inside another step's body: that step's record covers it
         model = params.pop("model", None) or client.model
         return client.complete(messages, model=model, tools=tools, **params)
@@ -79,7 +84,9 @@ def model_call(ctx, client: Any, messages: list[dict], tools: list[dict] | None 
         params = {**params, **(override.get("params") or {})}
         if override.get("model"):
             params["model"] = override["model"]
-    model = str(params.pop("model", None) or client.model)
+    model = str(params.pop("model", None) or client.model or "")
+    if not model:
+        raise ModelError("ctx.model needs a model id: pass model= (an SDK client has no default)")
     step_name = f"model:{model}"[:200]
     request = to_json({"model": model, "messages": messages, "tools": tools, "params": params,
                        "prompt_version": prompt_version}, what=f"the request of {step_name}")
