@@ -153,9 +153,10 @@ def test_an_sdk_client_without_a_model_id_says_so(drive):
 def test_an_error_from_the_sdk_becomes_a_model_error_with_its_status():
     from journal.primitives.llm_clients import AnthropicSDKClient
 
+    error = {"type": "error", "error": {"type": "authentication_error", "message": "bad key"}}
+    transport = httpx2.MockTransport(lambda request: httpx2.Response(401, json=error))
     refusing = anthropic.Anthropic(api_key="k", base_url="http://anthropic.test", max_retries=0,
-                                   http_client=httpx2.Client(transport=httpx2.MockTransport(lambda r: httpx2.Response(401, json={"type": "error", "error": {
-            "type": "authentication_error", "message": "bad key"}}))))
+                                   http_client=httpx2.Client(transport=transport))
     with pytest.raises(ModelError, match="401") as info:
         AnthropicSDKClient(refusing).complete([{"role": "user", "content": "hi"}], model="claude-sonnet-4-6")
     assert info.value.status == 401
