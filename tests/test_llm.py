@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 
 import pytest
@@ -47,18 +48,19 @@ def test_client_streaming_is_aggregated_into_one_result(server):
 
 
 def test_client_retries_429_honouring_retry_after_then_succeeds(server):
-    slept = []
-    client = OpenAIClient(server.base_url, model="m", sleep=slept.append)
-    server.fail_next(429, retry_after=0.25)
+    # The retries are the openai SDK's own now: a 429 with Retry-After waits that long, a 503 backs off.
+    client = OpenAIClient(server.base_url, model="m")
+    server.fail_next(429, retry_after=1.5)
     server.fail_next(503)
+    t0 = time.monotonic()
     reply = client.complete([{"role": "user", "content": "hi"}], model="m")
     assert reply["content"].startswith("It is 1")
     assert len(server.received) == 3 and len(server.answered) == 1
-    assert slept[0] == 0.25 and 0 < slept[1] <= 20
+    assert time.monotonic() - t0 >= 1.5
 
 
 def test_client_does_not_retry_a_client_error_and_says_why(server):
-    client = OpenAIClient(server.base_url, model="m", sleep=lambda s: None)
+    client = OpenAIClient(server.base_url, model="m")
     server.fail_next(401)
     with pytest.raises(ModelError, match="401"):
         client.complete([{"role": "user", "content": "hi"}], model="m")
@@ -68,11 +70,18 @@ def test_client_does_not_retry_a_client_error_and_says_why(server):
 
 
 def test_client_gives_up_after_its_retries(server):
-    client = OpenAIClient(server.base_url, model="m", max_retries=2, sleep=lambda s: None)
+    client = OpenAIClient(server.base_url, model="m", max_retries=2)
     server.fail_next(500, times=5)
     with pytest.raises(ModelError, match="500"):
         client.complete([{"role": "user", "content": "hi"}], model="m")
     assert len(server.received) == 3
+
+
+def test_cost_comes_from_genai_prices_unless_overridden(monkeypatch, settings):
+    assert cost_of("claude-sonnet-4-6", 1_000_000, 1_000_000) == pytest.approx(18.0)  # genai-prices' table
+    assert cost_of("scripted-large", 1_000_000, 0) == pytest.approx(2.5)  # the demo models keep a price
+    settings.DURABLE_MODEL_PRICES = {"claude-sonnet-4-6": (1, 1)}
+    assert cost_of("claude-sonnet-4-6", 1_000_000, 1_000_000) == pytest.approx(2.0)
 
 
 def test_cost_uses_the_price_table_and_the_longest_prefix(monkeypatch):
@@ -97,7 +106,7 @@ def test_scripted_client_is_deterministic_and_counts_calls():
 
 @journal.workflow(name="test_llm_ask_twice")
 def ask_twice(ctx, question: str) -> dict:
-    client = OpenAIClient.from_env(sleep=lambda s: None)
+    client = OpenAIClient.from_env()
     first = ctx.model(client, [{"role": "user", "content": question}], prompt_version="ask-v1", temperature=0)
     go_on = ctx.wait_for_signal("continue")
     second = ctx.model(client, [{"role": "user", "content": question}, {"role": "assistant",
@@ -147,7 +156,7 @@ def test_model_call_is_recorded_with_tokens_and_cost_and_never_resent_on_replay(
 
 @journal.workflow(name="test_llm_failing_model")
 def failing_model(ctx) -> str:
-    client = OpenAIClient.from_env(sleep=lambda s: None, max_retries=1)
+    client = OpenAIClient.from_env(max_retries=1)
     return ctx.model(client, [{"role": "user", "content": "hi"}])["content"]
 
 

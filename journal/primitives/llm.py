@@ -21,6 +21,8 @@ is non-determinism (the request is fingerprinted), reported at its position like
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -32,7 +34,7 @@ from journal.engine.registry import StepDef
 from journal.models.run import Run
 from journal.models.session import EventKind
 from journal.models.trace import SpanKind
-from journal.primitives.llm_clients import cost_of
+from journal.primitives.llm_clients import ModelError, as_chat_client, cost_of
 from journal.store.blobs import get_many, load_json, store_json
 from journal.store.errors import StepError
 from journal.store.serialization import dumps, fingerprint, to_json
@@ -63,14 +65,17 @@ def load_request(payload: dict) -> dict | None:
     if not ref:
         return None
     blobs = get_many(ref["messages"])
-    import json
-
     return {**load_json(ref["rest"]), "messages": [json.loads(blobs[d]) for d in ref["messages"]]}
 
 
 def model_call(ctx, client: Any, messages: list[dict], tools: list[dict] | None = None, *,
                prompt_version: str = "", retries: int = 0, retry_delay: float = 1.0, **params: Any) -> dict:
-    """Call a model as a durable step; returns the normalised response (see journal.primitives.llm_clients)."""
+    """Call a model as a durable step; returns the normalised response (see journal.primitives.llm_clients).
+
+    ``client`` is an official ``openai``/``anthropic`` SDK client (sync or async), or any object with
+    ``model`` and ``complete()``.
+    """
+    client = as_chat_client(client)
     if ctx.in_step:  # inside another step's body: that step's record covers it
         model = params.pop("model", None) or client.model
         return client.complete(messages, model=model, tools=tools, **params)
@@ -79,7 +84,9 @@ def model_call(ctx, client: Any, messages: list[dict], tools: list[dict] | None 
         params = {**params, **(override.get("params") or {})}
         if override.get("model"):
             params["model"] = override["model"]
-    model = str(params.pop("model", None) or client.model)
+    model = str(params.pop("model", None) or client.model or "")
+    if not model:
+        raise ModelError("ctx.model needs a model id: pass model= (an SDK client has no default)")
     step_name = f"model:{model}"[:200]
     request = to_json({"model": model, "messages": messages, "tools": tools, "params": params,
                        "prompt_version": prompt_version}, what=f"the request of {step_name}")
@@ -101,19 +108,34 @@ def model_call(ctx, client: Any, messages: list[dict], tools: list[dict] | None 
                           "prompt_version": prompt_version}, position=position, step_name=step_name)
         raise
     usage = response.get("usage") or {}
-    tokens_in, tokens_out = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    record_model_call(ctx, position, step_name, model=model, request=request, args_hash=args_hash, result=response,
+                      tokens_in=int(usage.get("prompt_tokens") or 0),
+                      tokens_out=int(usage.get("completion_tokens") or 0),
+                      response_model=response.get("model", model), finish_reason=response.get("finish_reason", ""),
+                      tool_calls=len(response.get("tool_calls") or []), prompt_version=prompt_version,
+                      attempt=attempt, started=started, ms=ms)
+    return response
+
+
+def record_model_call(ctx, position: int, step_name: str, *, model: str, request: dict, args_hash: str | None,
+                      result: Any, tokens_in: int, tokens_out: int, response_model: str, finish_reason: str,
+                      tool_calls: int, prompt_version: str, attempt: int, started: datetime, ms: float) -> None:
+    """Record a model call that ran: its result, tokens and cost in the journal record, a ``model`` span,
+    and the run's totals in the record's own transaction. Any model interface (``ctx.model``'s clients,
+    a Pydantic AI model) records through here, so the dashboard sums and charts them alike."""
     cost = cost_of(model, tokens_in, tokens_out)
     payload = {
-        **result_payload(response), **_store_request(request), "args_hash": args_hash, "kind": "model",
-        "model": model, "response_model": response.get("model", model), "prompt_version": prompt_version,
+        **result_payload(result), **_store_request(request), "args_hash": args_hash, "kind": "model",
+        "model": model, "response_model": response_model or model, "prompt_version": prompt_version,
         "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost, "latency_ms": round(ms, 3),
         "duration_ms": round(ms, 3), "started_at": started.isoformat(), "attempt": attempt,
-        "finish_reason": response.get("finish_reason", ""), "tool_calls": len(response.get("tool_calls") or []),
+        "finish_reason": finish_reason or "", "tool_calls": tool_calls,
     }
     span(ctx, step_name, SpanKind.MODEL, position, started, ms, model=model, tokens_in=tokens_in,
          tokens_out=tokens_out, cost=Decimal(str(cost)),
          attributes={"prompt_version": prompt_version, "finish_reason": payload["finish_reason"],
-                     "tool_calls": payload["tool_calls"]})
+                     "tool_calls": tool_calls})
+
     def commit(extra) -> None:
         def add_totals() -> None:
             # In the record's own transaction: the run's totals count each recorded call exactly once,
@@ -127,4 +149,3 @@ def model_call(ctx, client: Any, messages: list[dict], tools: list[dict] | None 
                           extra=add_totals)
 
     after_step(ctx, position, None, commit, payload)  # the checkpoint decision goes in the record
-    return response

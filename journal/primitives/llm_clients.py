@@ -11,39 +11,40 @@ stream)::
 That dict is what ``ctx.model`` records in the journal, so replay returns exactly it. Clients do
 no journaling themselves: they are plain I/O, safe to use outside a workflow.
 
-The HTTP client uses only the standard library (``urllib``): one request per call, a timeout,
-and retries with exponential backoff on 429 and 5xx that honour ``Retry-After``. Configure it
-with ``DURABLE_LLM_BASE_URL`` (e.g. ``http://localhost:11434/v1`` for Ollama, a vLLM server, or
-a hosted API), ``DURABLE_LLM_API_KEY`` and ``DURABLE_LLM_MODEL``.
+``ctx.model`` also takes the official SDK clients as they are (``openai.OpenAI``/``AsyncOpenAI``,
+``anthropic.Anthropic``/``AsyncAnthropic``; ``as_chat_client`` adapts them); the SDKs do the wire,
+retries (429 and 5xx, honouring ``Retry-After``), timeouts and streaming. ``OpenAIClient`` is a thin
+adapter over ``openai.OpenAI(base_url=...)`` for any OpenAI-compatible server, configured with
+``DURABLE_LLM_BASE_URL`` (e.g. ``http://localhost:11434/v1`` for Ollama, a vLLM server, or a hosted
+API), ``DURABLE_LLM_API_KEY`` and ``DURABLE_LLM_MODEL``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
-import random
+import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+import anthropic
+import genai_prices
+import openai
+from django.conf import settings
+
 from journal.store.errors import DurableError
 
-# USD per million tokens (input, output). Unknown models cost 0: the run still records tokens.
-# Override or extend with DURABLE_LLM_PRICES='{"my-model": [0.2, 0.6]}'.
-DEFAULT_PRICES: dict[str, tuple[float, float]] = {
-    "gpt-4o": (2.50, 10.00),
-    "gpt-4o-mini": (0.15, 0.60),
-    "gpt-4.1": (2.00, 8.00),
-    "gpt-4.1-mini": (0.40, 1.60),
-    "gpt-4.1-nano": (0.10, 0.40),
-    "claude-3-5-haiku": (0.80, 4.00),
-    "claude-sonnet-4": (3.00, 15.00),
-    "llama3.1:8b": (0.0, 0.0),
+# Prices come from genai-prices (kept up to date upstream). This table only overrides it: the
+# offline demo models keep a price so the dashboard's cost charts mean something. USD per million
+# tokens (input, output); the DURABLE_MODEL_PRICES setting (and DURABLE_LLM_PRICES='{"m": [in, out]}'
+# in the environment) add to it or override a model.
+OVERRIDE_PRICES: dict[str, tuple[float, float]] = {
     "scripted-small": (0.15, 0.60),
     "scripted-large": (2.50, 10.00),
+    "llama3.1:8b": (0.0, 0.0),
 }
 
 
@@ -63,7 +64,11 @@ class ChatClient(Protocol):
 
 
 def prices() -> dict[str, tuple[float, float]]:
-    table = dict(DEFAULT_PRICES)
+    """The override table: the demo models, then the DURABLE_MODEL_PRICES setting, then the environment."""
+    table = dict(OVERRIDE_PRICES)
+    if settings.configured:
+        for name, pair in (getattr(settings, "DURABLE_MODEL_PRICES", None) or {}).items():
+            table[name] = (float(pair[0]), float(pair[1]))
     extra = os.environ.get("DURABLE_LLM_PRICES", "")
     if extra:
         try:
@@ -75,13 +80,20 @@ def prices() -> dict[str, tuple[float, float]]:
 
 
 def cost_of(model: str, tokens_in: int, tokens_out: int, table: dict | None = None) -> float:
-    """Cost in USD; a model id with a suffix ("gpt-4o-mini-2024-07-18") uses its longest known prefix."""
+    """Cost in USD: the override table (exact id, else its longest prefix), else genai-prices; 0 if unknown."""
     table = table if table is not None else prices()
     price = table.get(model)
     if price is None:
         matches = [name for name in table if model.startswith(name)]
-        price = table[max(matches, key=len)] if matches else (0.0, 0.0)
-    return round((tokens_in * price[0] + tokens_out * price[1]) / 1_000_000, 6)
+        price = table[max(matches, key=len)] if matches else None
+    if price is not None:
+        return round((tokens_in * price[0] + tokens_out * price[1]) / 1_000_000, 6)
+    try:
+        found = genai_prices.calc_price(genai_prices.Usage(input_tokens=tokens_in, output_tokens=tokens_out),
+                                        model_ref=model)
+    except LookupError:
+        return 0.0  # an unknown model still records its tokens
+    return round(float(found.total_price), 6)
 
 
 def _tool_calls(raw: Iterable[dict] | None) -> list[dict]:
@@ -114,24 +126,14 @@ def normalise(body: dict, model: str) -> dict:
     }
 
 
-def aggregate_stream(lines: Iterable[bytes], model: str) -> dict:
-    """Fold an SSE stream of chat-completion chunks into one normalised response."""
+def aggregate_stream(chunks: Iterable[dict], model: str) -> dict:
+    """Fold a stream of chat-completion chunks (as dicts) into one normalised response."""
     content: list[str] = []
     calls: dict[int, dict] = {}
     finish = "stop"
     usage: dict = {}
     seen_model = model
-    for raw in lines:
-        line = raw.decode("utf-8", "replace").strip()
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            break
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            raise ModelError(f"malformed stream chunk: {data[:200]}") from None
+    for chunk in chunks:
         seen_model = chunk.get("model") or seen_model
         if chunk.get("usage"):
             usage = chunk["usage"]
@@ -140,7 +142,8 @@ def aggregate_stream(lines: Iterable[bytes], model: str) -> dict:
             if delta.get("content"):
                 content.append(delta["content"])
             for tc in delta.get("tool_calls") or []:
-                slot = calls.setdefault(int(tc.get("index", 0)), {"id": "", "function": {"name": "", "arguments": ""}})
+                empty = {"id": "", "function": {"name": "", "arguments": ""}}
+                slot = calls.setdefault(int(tc.get("index") or 0), empty)
                 if tc.get("id"):
                     slot["id"] = tc["id"]
                 fn = tc.get("function") or {}
@@ -158,24 +161,79 @@ def aggregate_stream(lines: Iterable[bytes], model: str) -> dict:
     }
 
 
-class OpenAIClient:
-    """A client for any server speaking OpenAI's ``POST {base_url}/chat/completions``."""
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _run_async(coro: Any) -> Any:
+    """Run an async SDK call from synchronous workflow code, on one long-lived event loop: an async
+    client's connection pool belongs to the loop it first ran on, so a fresh loop per call would break it."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="model-sdk-loop", daemon=True).start()
+    return asyncio.run_coroutine_threadsafe(coro, _loop).result()
+
+
+def _sdk_error(exc: Exception, where: str) -> ModelError:
+    """The SDKs' errors (after their own retries) as the engine's ModelError, with the status."""
+    status = getattr(exc, "status_code", None)
+    if status is not None:
+        return ModelError(f"model endpoint answered {status}: {str(exc)[:500]}", status=status)
+    return ModelError(f"model endpoint unreachable at {where}: {exc}")
+
+
+class OpenAISDKClient:
+    """``ctx.model`` over an official ``openai.OpenAI`` / ``openai.AsyncOpenAI`` client, used as it is.
+
+    The SDK does the wire, retries (429 and 5xx, honouring ``Retry-After``), timeouts and streaming.
+    """
+
+    def __init__(self, sdk: Any, model: str = "", *, stream: bool = False):
+        self.sdk = sdk
+        self.model = model
+        self.stream = stream
+        self.is_async = isinstance(sdk, openai.AsyncOpenAI)
+
+    def complete(self, messages: list[dict], *, model: str, tools: list[dict] | None = None,
+                 **params: Any) -> dict:
+        if not model:
+            raise ModelError("an openai client has no default model: pass model= to ctx.model")
+        stream = bool(params.pop("stream", self.stream))
+        body: dict[str, Any] = {"model": model, "messages": messages, **params}
+        if tools:
+            body["tools"] = tools
+        if stream:
+            body.update(stream=True, stream_options={"include_usage": True})
+        try:
+            if self.is_async:
+                return _run_async(self._acomplete(body, stream))
+            reply = self.sdk.chat.completions.create(**body)
+            if stream:
+                return aggregate_stream((chunk.model_dump() for chunk in reply), model)
+            return normalise(reply.model_dump(), model)
+        except openai.OpenAIError as exc:
+            raise _sdk_error(exc, str(self.sdk.base_url)) from None
+
+    async def _acomplete(self, body: dict, stream: bool) -> dict:
+        reply = await self.sdk.chat.completions.create(**body)
+        if stream:
+            return aggregate_stream([chunk.model_dump() async for chunk in reply], body["model"])
+        return normalise(reply.model_dump(), body["model"])
+
+
+class OpenAIClient(OpenAISDKClient):
+    """Any server speaking OpenAI's chat completions (Ollama, vLLM, hosted), through the ``openai`` SDK."""
 
     def __init__(self, base_url: str, api_key: str = "", model: str = "gpt-4o-mini", *, timeout: float = 60.0,
-                 max_retries: int = 4, backoff: float = 0.5, max_backoff: float = 20.0, stream: bool = False,
-                 sleep: Callable[[float], None] = time.sleep):
+                 max_retries: int = 4, stream: bool = False):
         if not base_url.startswith(("http://", "https://")):
             raise ModelError(f"the model base URL must start with http:// or https://, not {base_url!r}")
         self.base_url = base_url.rstrip("/")
-        self.api_key = api_key
-        self.model = model
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.stream = stream
-        self._sleep = sleep
-        self.requests = 0  # HTTP requests sent (including retries)
+        # The SDK insists on a key; a local server does not: any placeholder will do there.
+        super().__init__(openai.OpenAI(base_url=self.base_url, api_key=api_key or "not-needed", timeout=timeout,
+                                       max_retries=max_retries), model, stream=stream)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> OpenAIClient:
@@ -191,48 +249,97 @@ class OpenAIClient:
         options.update(overrides)
         return cls(base, **options)
 
+
+_ANTHROPIC_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
+
+
+def _anthropic_messages(messages: list[dict]) -> tuple[str, list[dict]]:
+    """Chat-completions messages (what ctx.model takes) as the Messages API's system text and turns."""
+    system = [str(m.get("content") or "") for m in messages if m.get("role") == "system"]
+    turns: list[dict] = []
+    for m in messages:
+        role = m.get("role")
+        if role == "system":
+            continue
+        if role == "tool":
+            block = {"type": "tool_result", "tool_use_id": m.get("tool_call_id", ""), "content": str(m.get("content"))}
+            turns.append({"role": "user", "content": [block]})
+        elif role == "assistant" and m.get("tool_calls"):
+            blocks = [{"type": "text", "text": m["content"]}] if m.get("content") else []
+            for call in m["tool_calls"]:
+                fn = call.get("function") or call
+                args = fn.get("arguments") or {}
+                blocks.append({"type": "tool_use", "id": call.get("id", ""), "name": fn.get("name", ""),
+                               "input": json.loads(args) if isinstance(args, str) else args})
+            turns.append({"role": "assistant", "content": blocks})
+        else:
+            turns.append({"role": role or "user", "content": m.get("content") or ""})
+    return "\n\n".join(system), turns
+
+
+def _anthropic_tools(tools: list[dict]) -> list[dict]:
+    out = []
+    for tool in tools:
+        fn = tool.get("function", tool)
+        out.append({"name": fn.get("name", ""), "description": fn.get("description", ""),
+                    "input_schema": fn.get("parameters") or fn.get("input_schema") or {"type": "object"}})
+    return out
+
+
+def normalise_anthropic(body: dict, model: str) -> dict:
+    """A Messages API response → the normalised dict."""
+    blocks = body.get("content") or []
+    usage = body.get("usage") or {}
+    return {
+        "model": body.get("model") or model,
+        "content": "".join(b.get("text", "") for b in blocks if b.get("type") == "text"),
+        "finish_reason": _ANTHROPIC_FINISH.get(body.get("stop_reason") or "", body.get("stop_reason") or "stop"),
+        "tool_calls": [{"id": b.get("id", ""), "name": b.get("name", ""), "arguments": b.get("input") or {}}
+                       for b in blocks if b.get("type") == "tool_use"],
+        "usage": {"prompt_tokens": int(usage.get("input_tokens") or 0),
+                  "completion_tokens": int(usage.get("output_tokens") or 0)},
+    }
+
+
+class AnthropicSDKClient:
+    """``ctx.model`` over an official ``anthropic.Anthropic`` / ``anthropic.AsyncAnthropic`` client.
+
+    ``ctx.model`` takes chat-completions messages and tools; they are translated to the Messages API
+    (the system message becomes ``system``); ``max_tokens`` defaults to 1024.
+    """
+
+    def __init__(self, sdk: Any, model: str = ""):
+        self.sdk = sdk
+        self.model = model
+        self.is_async = isinstance(sdk, anthropic.AsyncAnthropic)
+
     def complete(self, messages: list[dict], *, model: str, tools: list[dict] | None = None,
                  **params: Any) -> dict:
-        stream = bool(params.pop("stream", self.stream))
-        body: dict[str, Any] = {"model": model, "messages": messages, **params}
+        if not model:
+            raise ModelError("an anthropic client has no default model: pass model= to ctx.model")
+        system, turns = _anthropic_messages(messages)
+        body: dict[str, Any] = {"model": model, "messages": turns, "max_tokens": 1024, **params}
+        if system:
+            body["system"] = system
         if tools:
-            body["tools"] = tools
-        if stream:
-            body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
-        data = json.dumps(body).encode()
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if stream else "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        attempt = 0
-        while True:
-            attempt += 1
-            self.requests += 1
-            request = urllib.request.Request(f"{self.base_url}/chat/completions", data=data, headers=headers,
-                                             method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 (scheme checked)
-                    if stream:
-                        return aggregate_stream(response, model)
-                    return normalise(json.loads(response.read()), model)
-            except urllib.error.HTTPError as exc:
-                detail = exc.read()[:500].decode("utf-8", "replace")
-                retryable = exc.code == 429 or exc.code >= 500
-                if not retryable or attempt > self.max_retries:
-                    raise ModelError(f"model endpoint answered {exc.code}: {detail}", status=exc.code) from None
-                self._sleep(self._delay(attempt, exc.headers.get("Retry-After")))
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-                if attempt > self.max_retries:
-                    raise ModelError(f"model endpoint unreachable at {self.base_url}: {exc}") from None
-                self._sleep(self._delay(attempt, None))
+            body["tools"] = _anthropic_tools(tools)
+        try:
+            create = self.sdk.messages.create
+            reply = _run_async(create(**body)) if self.is_async else create(**body)
+        except anthropic.AnthropicError as exc:
+            raise _sdk_error(exc, str(self.sdk.base_url)) from None
+        return normalise_anthropic(reply.model_dump(), model)
 
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after:
-            try:
-                return min(max(float(retry_after), 0.0), self.max_backoff)
-            except ValueError:
-                pass  # an HTTP date: fall back to our own backoff
-        return min(self.backoff * (2 ** (attempt - 1)), self.max_backoff) * (0.5 + random.random() / 2)
+
+def as_chat_client(client: Any) -> ChatClient:
+    """What ``ctx.model`` calls: an official SDK client adapted, anything with ``complete`` as it is."""
+    if isinstance(client, openai.OpenAI | openai.AsyncOpenAI):
+        return OpenAISDKClient(client)
+    if isinstance(client, anthropic.Anthropic | anthropic.AsyncAnthropic):
+        return AnthropicSDKClient(client)
+    if not callable(getattr(client, "complete", None)):
+        raise ModelError(f"ctx.model needs an openai or anthropic client, or one with complete(); got {client!r}")
+    return client
 
 
 def approx_tokens(text: str) -> int:
