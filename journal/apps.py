@@ -1,3 +1,5 @@
+import os
+
 from django.apps import AppConfig
 
 
@@ -13,6 +15,11 @@ class JournalConfig(AppConfig):
         from journal.operations import retention
         from journal.store import doorbell
 
+        if any(os.environ.get(name) for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
+            # Imported here because Django's app loading requires it, and only then: the otel extra is optional.
+            from journal.integrations import otel
+
+            otel.install()
         doorbell.set_backend(tasks.ring)  # seams: the store rings, Celery (a higher floor) answers;
         worker.add_housekeeping(retention.purge)  # the driver runs what the operations floor registers
         discovery.autodiscover()

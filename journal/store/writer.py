@@ -32,6 +32,9 @@ from journal.store.serialization import storable_json, storable_text
 log = logging.getLogger(__name__)
 
 SPAN_BATCH = 64
+# A seam: what else wants the trace spans once they are written (journal.integrations.otel registers
+# an OpenTelemetry exporter at start-up when OTEL_EXPORTER_OTLP_ENDPOINT is set).
+SPAN_LISTENERS: list[Callable[[uuid.UUID, list[dict]], None]] = []
 _COLS = "run_id, seq, kind, position, step_name, payload, actor, created_at"
 _PG_ROW = "(%s::uuid, %s::integer, %s::varchar, %s::integer, %s::varchar, %s::jsonb, %s::varchar, %s::timestamptz)"
 _SQLITE_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s)"
@@ -229,6 +232,8 @@ class JournalWriter:
             self.lost = exc
             raise
         self.writes += 1
+        if span_batch and SPAN_LISTENERS:  # telemetry sees spans once they are durable, never fails a write
+            transaction.on_commit(lambda: _tell_listeners(self.run_id, span_batch))
         faults.inject("after_commit", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
 
     def _check_epoch(self) -> None:
@@ -306,3 +311,11 @@ def _insert_spans(run_id: uuid.UUID, spans: list[dict]) -> None:
         rows.append(row)
     with connection.cursor() as cursor:
         cursor.executemany(sql, rows)
+
+
+def _tell_listeners(run_id: uuid.UUID, spans: list[dict]) -> None:
+    for listener in list(SPAN_LISTENERS):
+        try:
+            listener(run_id, spans)
+        except Exception:
+            log.exception("a span listener failed for run %s", run_id)
