@@ -105,7 +105,6 @@ class EmbeddedWorker:
                     delay = min(max(delay, 0.05) * 2, MAX_BACKOFF)
                     continue
                 delay = self.poll_interval
-                self.db.answered()
                 if until_idle and claimed == 0 and not busy and not self._active:
                     break
                 if claimed == 0:
@@ -164,6 +163,7 @@ class EmbeddedWorker:
         if free <= 0:
             return 0
         claims = leases.claim(self.id, free, ttl=self.ttl)
+        self.db.answered()  # only a query that went through says so (a busy worker's tick asks nothing)
         for claim in claims:
             with self._lock:
                 self._active[claim.run_id] = claim
@@ -177,6 +177,7 @@ class EmbeddedWorker:
         a database outage while claiming raises (the task retries)."""
         self._return_given_back()
         claims = leases.claim(self.id, 1, run_id=run_id, ttl=self.ttl)
+        self.db.answered()
         if not claims:
             return None
         with self._lock:

@@ -168,8 +168,9 @@ class OutageLog:
             self.since = time.monotonic()
             self.outages += 1
         root = exc.__cause__ if isinstance(exc, DatabaseUnavailable) and exc.__cause__ else exc
-        self.logger.warning("%s: the database is unavailable (%s: %s); runs are given back, not failed; "
-                            "retrying until it answers", self.who, type(root).__name__, str(root).strip()[:300])
+        self.logger.warning("%s: the database is unavailable (%s: %s); runs in flight wait for it or are "
+                            "given back, never failed; retrying until it answers", self.who, type(root).__name__,
+                            str(root).strip()[:300])
         return True
 
     def answered(self) -> None:
