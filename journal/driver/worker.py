@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import close_old_connections, connections
+from django.db import close_old_connections, connection, connections
 from django.utils import timezone
 
 from journal.driver import executor, leases
@@ -161,6 +161,10 @@ class EmbeddedWorker:
         with self._lock:
             free = self.concurrency - len(self._active)
         if free <= 0:
+            if self.db.down:  # every slot busy: ask the database anyway, to know when it is back
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT 1")
+                self.db.answered()
             return 0
         claims = leases.claim(self.id, free, ttl=self.ttl)
         self.db.answered()  # only a query that went through says so (a busy worker's tick asks nothing)
