@@ -151,6 +151,8 @@ def _default_sandbox_root() -> str:
 DURABLE_SANDBOX_ROOT = env_str("DURABLE_SANDBOX_ROOT", "") or _default_sandbox_root()
 DURABLE_READ_ONLY = env_bool("DURABLE_READ_ONLY", False)
 DURABLE_RETENTION_INTERVAL = env_int("DURABLE_RETENTION_INTERVAL", 3600, minimum=60)  # seconds between purges
+# A Celery task meeting a database outage retries this many times (backoff up to 60 s); then beat's sweep rings.
+DURABLE_CELERY_DB_RETRIES = env_int("DURABLE_CELERY_DB_RETRIES", 30, minimum=0)
 
 # --- the distributed path -------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -4,6 +4,10 @@ The workflow is re-executed on every resume; replay makes the recorded prefix fr
 outcome (completed, failed, suspended, cancelled, needs_attention, or given back) is committed
 together with everything still buffered, fenced by the epoch of the claim, through the one
 owner of a run's status (``journal.store.runstate``).
+
+Only an exception raised by workflow code fails a run. A database outage in the engine's own calls
+(``journal.store.outage``) leaves this module as ``DatabaseUnavailable`` with nothing recorded: the run
+stays running under its claim and the worker gives it back.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from journal.store.errors import (
     Suspend,
     UnknownAgentError,
 )
+from journal.store.outage import engine_outage, unavailable, workflow_code
 from journal.store.serialization import exception_text, storable_text, to_json
 from journal.store.writer import JournalWriter
 
@@ -60,7 +65,20 @@ class Claim:
 
 
 def drive(claim: Claim, worker_id: str, on_context: Callable[[Context | None], None] | None = None) -> str:
-    """Drive a claimed run until it finishes, suspends or is given back; returns the run's status."""
+    """Drive a claimed run until it finishes, suspends or is given back; returns the run's status.
+
+    Raises DatabaseUnavailable when the engine's own database calls failed past their retries: nothing
+    was recorded about it, the run is still ``running`` under this claim, and the caller gives it back.
+    """
+    try:
+        return _drive_claimed(claim, worker_id, on_context)
+    except Exception as exc:
+        if engine_outage(exc):  # loading the journal, a read around the workflow: the engine's
+            raise unavailable(exc, f"driving run {claim.run_id}") from exc
+        raise
+
+
+def _drive_claimed(claim: Claim, worker_id: str, on_context: Callable[[Context | None], None] | None) -> str:
     run = Run.objects.get(id=claim.run_id)
     if run.epoch != claim.epoch:
         return "lost"
@@ -95,7 +113,8 @@ def _drive(ctx: Context, run: Run, claim: Claim, worker_id: str) -> str:
         check_before_resume(ctx, defn)
         args = run.input.get("args", [])
         kwargs = run.input.get("kwargs", {})
-        output = defn.fn(ctx, *args, **kwargs)
+        with workflow_code():  # the workflow's body: what escapes it unconverted is the workflow's failure
+            output = defn.fn(ctx, *args, **kwargs)
         output = to_json(output, what=f"the return value of workflow {run.agent}")
         return _settle(ctx, RunStatus.COMPLETED, EventKind.RUN_COMPLETED, {"output": output}, output=output,
                        finished_at=timezone.now())
@@ -124,6 +143,8 @@ def _drive(ctx: Context, run: Run, claim: Claim, worker_id: str) -> str:
     except Exception as exc:
         if writer.lost is not None:
             return "lost"
+        if engine_outage(exc):  # the engine's own call around the workflow (restore, replay check, settle)
+            raise unavailable(exc, f"driving run {run.id}") from exc
         error_type, message = exception_text(exc)  # what the workflow raised, made storable (never a stuck run)
         error = f"{error_type}: {message}"
         status = _settle(ctx, RunStatus.FAILED, EventKind.RUN_FAILED,
@@ -172,6 +193,7 @@ def _suspend(ctx: Context, suspend: Suspend) -> str:
     final = [RunStatus.SUSPENDED]
 
     def commit() -> None:
+        final[0] = RunStatus.SUSPENDED  # a retried write decides again
         move()
         check = WAKE_CHECKS.get(waiting.get("kind", ""))
         if check is not None:

@@ -18,7 +18,7 @@ from journal.driver.executor import Claim
 from journal.engine import registry
 from journal.models import Run, RunStatus
 from journal.models.run import lease_seconds
-from journal.store import runstate
+from journal.store import faults, runstate
 
 
 def _take(row: dict, worker_id: str, now, ttl: int, **filters) -> bool:
@@ -89,6 +89,7 @@ def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None
     if limit <= 0:
         return []
     ttl = ttl or lease_seconds()
+    faults.inject("claim", worker=worker_id)
     now = timezone.now()
     qs = Run.objects.runnable(now)
     if run_id is not None:
@@ -138,6 +139,7 @@ def renew(worker_id: str, held: dict, *, ttl: int | None = None) -> dict:
     if not held:
         return {}
     ttl = ttl or lease_seconds()
+    faults.inject("renew", worker=worker_id)
     now = timezone.now()
     Run.objects.filter(id__in=list(held), lease_owner=worker_id).update(lease_expires_at=now + timedelta(seconds=ttl))
     rows = Run.objects.filter(id__in=list(held), lease_owner=worker_id).values_list(
@@ -153,3 +155,18 @@ def expire_worker(worker_id: str) -> int:
     """Make a stopped worker's leases claimable at once (clean shutdown that could not finish)."""
     return Run.objects.filter(lease_owner=worker_id, status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING]).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+
+def give_back(worker_id: str, held: dict) -> int:
+    """Make runs this worker gave up during a database outage claimable at once ({run_id: epoch}).
+
+    Fenced like every write of a claim: a run another worker claimed meanwhile (a newer epoch) is left
+    alone, and the run keeps its status, so the next claim recovers it from its journal.
+    """
+    now = timezone.now() - timedelta(seconds=1)
+    returned = 0
+    for run_id, epoch in held.items():
+        returned += Run.objects.filter(id=run_id, epoch=epoch, lease_owner=worker_id,
+                                       status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING]).update(
+            lease_expires_at=now)
+    return returned

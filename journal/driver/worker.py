@@ -2,6 +2,14 @@
 
 ``manage.py runworker`` is a thin wrapper around ``EmbeddedWorker``; tests drive the class
 directly. A suspended run occupies no thread here: it is a row with a wake-up time.
+
+A database outage (``journal.store.outage``) never stops the worker: the claim loop and the
+heartbeat keep trying with exponential backoff (capped at ``MAX_BACKOFF`` seconds), closing their
+broken connections; whichever notices first says once that the database went away, and the claim
+loop says once that it answers again. A run whose
+driving thread gave up during the outage (``DatabaseUnavailable``) has recorded nothing about it;
+its lease is expired as soon as the database answers (fenced by the claim's epoch), so any worker
+recovers it at once from its journal.
 """
 
 from __future__ import annotations
@@ -18,16 +26,18 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import close_old_connections, connections
+from django.db import close_old_connections, connection, connections
 from django.utils import timezone
 
 from journal.driver import executor, leases, recovery
 from journal.models import Run, Worker
 from journal.models.run import lease_seconds
-from journal.store.errors import LeaseLost
+from journal.store.errors import DatabaseUnavailable, LeaseLost
+from journal.store.outage import OutageLog, drop_connection, is_database_outage
 
 log = logging.getLogger(__name__)
 OUTCOMES_KEPT = 1000
+MAX_BACKOFF = 5.0  # seconds between two polls of a database that does not answer
 HOUSEKEEPING: list[Callable[[], object]] = []  # a seam: jobs every embedded worker runs now and then
 
 
@@ -57,6 +67,8 @@ class EmbeddedWorker:
         self.completed = 0
         self.outcomes: OrderedDict[str, str] = OrderedDict()  # the latest runs' statuses, bounded
         self.maintenance_interval = float(getattr(settings, "DURABLE_RETENTION_INTERVAL", 3600))
+        self.db = OutageLog(log, f"worker {self.id}")
+        self._given_back: dict = {}  # run_id -> epoch: given up during an outage, to expire when it answers
 
     # -- lifecycle ----------------------------------------------------------------------
     def register(self) -> None:
@@ -69,29 +81,73 @@ class EmbeddedWorker:
 
     def run(self, *, until_idle: bool = False, max_seconds: float | None = None) -> int:
         """Loop until stopped (or idle); returns the number of runs driven to a stop."""
-        self.register()
+        deadline = time.monotonic() + max_seconds if max_seconds else None
+        if not self._wait_for_database(self.register, deadline):
+            return self.completed
         self._heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="durable-heartbeat", daemon=True)
         self._heartbeat_thread.start()
-        deadline = time.monotonic() + max_seconds if max_seconds else None
         next_maintenance = time.monotonic() + 5.0
+        delay = self.poll_interval
         try:
             while not self.stopping.is_set():
-                if not until_idle and time.monotonic() >= next_maintenance:
-                    self.maintenance()
-                    next_maintenance = time.monotonic() + self.maintenance_interval
-                # A run that ends during the claim can wake another (a child wakes its parent): idle
-                # only if nothing was in flight before the claim looked.
-                busy = bool(self._active)
-                claimed = self.tick()
-                if until_idle and claimed == 0 and not busy and not self._active:
-                    break
                 if deadline and time.monotonic() > deadline:
+                    break
+                try:
+                    if not until_idle and time.monotonic() >= next_maintenance:
+                        self.maintenance()
+                        next_maintenance = time.monotonic() + self.maintenance_interval
+                    # A run that ends during the claim can wake another (a child wakes its parent): idle
+                    # only if nothing was in flight before the claim looked.
+                    busy = bool(self._active)
+                    claimed = self.tick()
+                except Exception as exc:
+                    if not is_database_outage(exc):
+                        raise
+                    self._database_failed(exc)  # keep polling, slower and slower, until it answers
+                    self.stopping.wait(delay)
+                    delay = min(max(delay, 0.05) * 2, MAX_BACKOFF)
+                    continue
+                delay = self.poll_interval
+                if until_idle and claimed == 0 and not busy and not self._active:
                     break
                 if claimed == 0:
                     self.stopping.wait(self.poll_interval)
         finally:
             self.shutdown()
         return self.completed
+
+    def _database_failed(self, exc: BaseException) -> None:
+        self.db.failed(exc)  # one log line per outage
+        drop_connection()
+
+    def _wait_for_database(self, call: Callable[[], object], deadline: float | None = None) -> bool:
+        """Call until the database answers (False when stopped or past the deadline first)."""
+        delay = self.poll_interval
+        while not self.stopping.is_set() and not (deadline and time.monotonic() > deadline):
+            try:
+                call()
+            except Exception as exc:
+                if not is_database_outage(exc):
+                    raise
+                self._database_failed(exc)
+                self.stopping.wait(delay)
+                delay = min(max(delay, 0.05) * 2, MAX_BACKOFF)
+                continue
+            self.db.answered()
+            return True
+        return False
+
+    def _return_given_back(self) -> None:
+        """The database answers again: expire the leases of the runs given up during the outage."""
+        with self._lock:
+            held = dict(self._given_back)
+        if not held:
+            return
+        returned = leases.give_back(self.id, held)
+        with self._lock:
+            for run_id in held:
+                self._given_back.pop(run_id, None)
+        log.info("worker %s: %d run(s) given back during the outage are claimable again", self.id, returned)
 
     def maintenance(self) -> None:
         """Housekeeping no run is waiting for (retention purges on the admins' schedule, registered
@@ -104,11 +160,17 @@ class EmbeddedWorker:
 
     def tick(self) -> int:
         close_old_connections()
+        self._return_given_back()
         with self._lock:
             free = self.concurrency - len(self._active)
         if free <= 0:
+            if self.db.down:  # every slot busy: ask the database anyway, to know when it is back
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT 1")
+                self.db.answered()
             return 0
         claims = leases.claim(self.id, free, ttl=self.ttl)
+        self.db.answered()  # only a query that went through says so (a busy worker's tick asks nothing)
         for claim in claims:
             with self._lock:
                 self._active[claim.run_id] = claim
@@ -116,8 +178,13 @@ class EmbeddedWorker:
         return len(claims)
 
     def drive_one(self, run_id) -> str | None:
-        """Claim and drive one specific run in this thread (the Celery task path)."""
+        """Claim and drive one specific run in this thread (the Celery task path).
+
+        Returns "unavailable" when the database went away while driving (the run was given back);
+        a database outage while claiming raises (the task retries)."""
+        self._return_given_back()
         claims = leases.claim(self.id, 1, run_id=run_id, ttl=self.ttl)
+        self.db.answered()
         if not claims:
             return None
         with self._lock:
@@ -133,6 +200,15 @@ class EmbeddedWorker:
         except LeaseLost:
             status = "lost"
             return status
+        except DatabaseUnavailable as exc:
+            # Nothing was recorded: the run is still running under this claim. Its lease is expired when
+            # the database answers (or runs out); the epoch fences anything this claim might still try.
+            status = "unavailable"
+            self.db.failed(exc)
+            with self._lock:
+                self._given_back[claim.run_id] = claim.epoch
+            log.info("worker %s: run %s given back, not failed: %s", self.id, claim.run_id, exc)
+            return status
         except Exception:
             log.exception("worker %s: driving run %s failed", self.id, claim.run_id)
             return status
@@ -143,7 +219,7 @@ class EmbeddedWorker:
                 self.outcomes[str(claim.run_id)] = status
                 while len(self.outcomes) > OUTCOMES_KEPT:  # a long-lived worker must not grow with history
                     self.outcomes.popitem(last=False)
-            connections.close_all()
+            _close_all()
 
     def _set_context(self, run_id, ctx) -> None:
         with self._lock:
@@ -178,13 +254,16 @@ class EmbeddedWorker:
         try:
             while not self.stopping.wait(interval):
                 try:
-                    self.heartbeat()
-                except Exception:
-                    log.exception("worker %s: heartbeat failed", self.id)
+                    self.heartbeat()  # recovery is the claim loop's to announce (one line per outage)
+                except Exception as exc:
+                    if is_database_outage(exc):  # leases are kept as they are; said once per outage
+                        self._database_failed(exc)
+                    else:
+                        log.exception("worker %s: heartbeat failed", self.id)
                 finally:
                     close_old_connections()
         finally:
-            connections.close_all()
+            _close_all()
 
     def request_stop(self) -> None:
         """SIGTERM: stop claiming; running workflows give their runs back at the next step boundary."""
@@ -199,12 +278,29 @@ class EmbeddedWorker:
         while self._active and time.monotonic() < end:
             try:
                 self.heartbeat()
-            except Exception:
-                log.exception("heartbeat during shutdown failed")
+            except Exception as exc:
+                if is_database_outage(exc):
+                    self._database_failed(exc)
+                else:
+                    log.exception("heartbeat during shutdown failed")
             time.sleep(0.1)
         self._pool.shutdown(wait=not self._active, cancel_futures=True)
-        if self._active:  # stuck in a long step: let another worker take over at once
-            leases.expire_worker(self.id)
-        Worker.objects.filter(id=self.id).update(stopped_at=timezone.now(),
-                                                 heartbeat_at=timezone.now() - timedelta(seconds=0))
+        try:
+            self._return_given_back()
+            if self._active:  # stuck in a long step: let another worker take over at once
+                leases.expire_worker(self.id)
+            Worker.objects.filter(id=self.id).update(stopped_at=timezone.now(),
+                                                     heartbeat_at=timezone.now() - timedelta(seconds=0))
+        except Exception as exc:
+            if not is_database_outage(exc):
+                raise
+            self._database_failed(exc)  # its leases run out by themselves
         close_old_connections()
+
+
+def _close_all() -> None:
+    try:
+        connections.close_all()
+    except Exception as exc:  # a connection to a server that went away
+        if not is_database_outage(exc):
+            raise

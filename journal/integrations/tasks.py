@@ -5,7 +5,8 @@ embedded worker does (same executor, same fencing), so a duplicated or redeliver
 finds the run already claimed or finished and does nothing. Each Celery worker process
 registers one ``Worker`` row (kind=celery) and heartbeats the leases of the runs it drives,
 reusing EmbeddedWorker's heartbeat; a worker killed mid-run stops heartbeating, its lease
-expires, and beat's ``sweep`` rings for the run so another worker recovers it.
+expires, and beat's ``sweep`` rings for the run so another worker recovers it. A database outage
+retries the task (see ``advance_run``) and never fails the run or stops the Celery worker.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from django.db import close_old_connections
 from journal.driver.sweeper import runnable_ids, stale_workers
 from journal.driver.worker import EmbeddedWorker
 from journal.operations import retention
+from journal.store.outage import OutageLog, drop_connection, is_database_outage
 
 log = logging.getLogger(__name__)
+_outage = OutageLog(log, "celery")
 
 _worker = None
 _worker_lock = threading.Lock()
@@ -42,29 +45,63 @@ def celery_worker():
         return _worker
 
 
-@shared_task(name="journal.integrations.tasks.advance_run", ignore_result=True)
-def advance_run(run_id: str) -> str | None:
-    """Claim and drive one run; a no-op (None) when another worker holds it or it is not runnable."""
-    close_old_connections()
+@shared_task(bind=True, name="journal.integrations.tasks.advance_run", ignore_result=True, max_retries=None)
+def advance_run(self, run_id: str) -> str | None:
+    """Claim and drive one run; a no-op (None) when another worker holds it or it is not runnable.
+
+    A database outage (while claiming, or while driving: the run was given back, nothing recorded)
+    retries the task with exponential backoff, up to ``DURABLE_CELERY_DB_RETRIES`` times; beat's
+    sweep rings for the run again after that. The Celery worker itself is never touched.
+    """
     try:
-        status = celery_worker().drive_one(run_id)
-    finally:
         close_old_connections()
+        status = celery_worker().drive_one(run_id)
+    except Exception as exc:
+        if not is_database_outage(exc):
+            raise
+        _outage.failed(exc)
+        status = "unavailable"
+    finally:
+        _close_quietly()
     log.info("advance_run %s -> %s", run_id, status)
+    if status == "unavailable":
+        retries = self.request.retries or 0
+        if retries >= int(getattr(settings, "DURABLE_CELERY_DB_RETRIES", 30)):
+            log.warning("advance_run %s: the database stayed unavailable; beat's sweep will ring again", run_id)
+            return status
+        raise self.retry(countdown=min(60.0, 0.5 * 2 ** retries))
+    _outage.answered()
+    if _worker is not None:
+        _worker.db.answered()
     return status
+
+
+def _close_quietly() -> None:
+    try:
+        close_old_connections()
+    except Exception as exc:
+        if not is_database_outage(exc):
+            raise
+        drop_connection()
 
 
 @shared_task(name="journal.integrations.tasks.sweep", ignore_result=True)
 def sweep(limit: int = 500) -> int:
     """Beat's periodic doorbell: enqueue every run that needs a worker now; returns how many."""
-    close_old_connections()
     try:
+        close_old_connections()
         ids = runnable_ids(limit)
         for run_id in ids:
             advance_run.delay(run_id)
         stale_workers(max_silence_seconds=120)
+    except Exception as exc:
+        if not is_database_outage(exc):
+            raise
+        _outage.failed(exc)  # the next beat tick tries again
+        return 0
     finally:
-        close_old_connections()
+        _close_quietly()
+    _outage.answered()
     return len(ids)
 
 

@@ -2,7 +2,8 @@
 
 The current context lives in a ContextVar (one per driving thread); ``current()`` fails loudly
 outside a workflow. Everything nondeterministic a workflow needs (time, randomness, ids,
-waiting) goes through it so that replay returns what the first execution saw.
+waiting) goes through it so that replay returns what the first execution saw. Each such method
+is an ``engine_call``: a database outage inside it is the engine's, never the workflow's failure.
 
 Forbidden in workflow code (do it in a step, or through the context): reading the clock,
 random numbers, uuid generation, network or file I/O, reading mutable globals, threads.
@@ -28,6 +29,7 @@ from journal.primitives.sandbox import SandboxHandle
 from journal.primitives.versioning import patched
 from journal.primitives.waits import sleep, wait_for_signal
 from journal.store.errors import Cancelled, DurableError, Released
+from journal.store.outage import engine_call
 from journal.store.serialization import to_json
 from journal.store.writer import JournalWriter
 
@@ -99,25 +101,31 @@ class Context:
             raise Released(what)
 
     # -- replay-safe primitives ----------------------------------------------------------
+    @engine_call
     def now(self) -> datetime:
         """The current time, recorded: replay returns the time the first execution saw."""
         return datetime.fromisoformat(record_value(self, "now", lambda: timezone.now().isoformat()))
 
+    @engine_call
     def random(self) -> float:
         return record_value(self, "random", _random.random)
 
+    @engine_call
     def uuid4(self) -> uuid.UUID:
         return uuid.UUID(record_value(self, "uuid4", lambda: str(uuid.uuid4())))
 
     # -- waiting without a thread ----------------------------------------------------------
+    @engine_call
     def sleep(self, duration: timedelta | float) -> None:
         """A durable timer: the run suspends and any worker resumes it when it is due."""
         seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
         sleep(self, seconds=seconds)
 
+    @engine_call
     def sleep_until(self, when: datetime) -> None:
         sleep(self, until=when)
 
+    @engine_call
     def wait_for_signal(self, name: str, timeout: timedelta | float | None = None) -> Any:
         """Suspend until a signal named ``name`` arrives; returns its payload.
 
@@ -125,14 +133,17 @@ class Context:
         """
         return wait_for_signal(self, name, timeout)
 
+    @engine_call
     def request_approval(self, prompt: str, **options: Any) -> Any:
         """Suspend until a person with the right role decides; returns the decision."""
         return request_approval(self, prompt, **options)
 
+    @engine_call
     def child(self, workflow: Any, *args: Any, **kwargs: Any) -> Any:
         """Start a child run and wait for its result durably (the parent suspends meanwhile)."""
         return run_child(self, workflow, args, kwargs)
 
+    @engine_call
     def map_children(self, workflow: Any, items: list, *, concurrency: int = 8) -> list:
         """Fan out one child per item, at most ``concurrency`` at a time; results in item order."""
         return map_children(self, workflow, items, concurrency=concurrency)
@@ -144,6 +155,7 @@ class Context:
             self.sandbox_handle = SandboxHandle(self)
         return self.sandbox_handle
 
+    @engine_call
     def model(self, client: Any, messages: list[dict], **params: Any) -> Any:
         """A model call as a durable step: recorded with tokens and cost, never re-sent on replay."""
         return model_call(self, client, messages, **params)
@@ -162,9 +174,11 @@ class Context:
         self.progress = {"done": int(done), "total": total, "label": label}
         self.progress_dirty = True
 
+    @engine_call
     def patched(self, change_id: str) -> bool:
         """True for runs that reach this point on code that has the change; see journal.primitives.versioning."""
         return patched(self, change_id)
 
+    @engine_call
     def log(self, message: str, **data: Any) -> None:
         self.writer.record(EventKind.LOG, to_json({"message": message, **data}), durability="exit")

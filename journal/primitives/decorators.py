@@ -17,6 +17,7 @@ from journal.engine import registry
 from journal.primitives.context import current_or_none
 from journal.primitives.steps import invoke_step
 from journal.store.errors import WorkflowDefinitionError
+from journal.store.outage import engine_call
 
 JOURNAL_DB_ALIAS = DEFAULT_DB_ALIAS  # the engine writes its tables through Django's default database
 
@@ -135,8 +136,8 @@ def step(
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             ctx = current_or_none()
             if ctx is None or ctx.in_step:
-                return func(*args, **kwargs)
-            return invoke_step(ctx, defn, args, kwargs)
+                return func(*args, **kwargs)  # a plain call (inside another step's body: that body's code)
+            return engine_call(invoke_step)(ctx, defn, args, kwargs)
 
         wrapper.__durable_step__ = defn  # type: ignore[attr-defined]
         return wrapper

@@ -23,6 +23,7 @@ from journal.models import EffectStatus, EventKind, SessionEvent, SideEffect
 from journal.models.trace import SpanKind
 from journal.store import faults
 from journal.store.errors import NeedsAttention, StepError
+from journal.store.outage import workflow_code
 from journal.store.serialization import to_json
 
 
@@ -32,6 +33,7 @@ def idempotency_key(run_id: str, position: int) -> str:
 
 def run_effect(ctx, defn: StepDef, position: int, call: dict, args_hash: str) -> Any:
     key = idempotency_key(ctx.run_id, position)
+    faults.inject("effect_lookup", position=position, run_id=ctx.run_id)
     existing = SideEffect.objects.filter(run_id=ctx.run_id, position=position).first()
     if existing is not None and existing.status == EffectStatus.STARTED:
         outcome = _resolve_in_doubt(ctx, defn, existing, call)
@@ -48,12 +50,12 @@ def run_effect(ctx, defn: StepDef, position: int, call: dict, args_hash: str) ->
     else:
         created: list[SideEffect] = []
 
-        def intent() -> None:
-            created.append(SideEffect.objects.create(
+        def intent() -> None:  # may run again when the write is retried: keep only the committed row
+            created[:] = [SideEffect.objects.create(
                 run_id=ctx.run_id, position=position, step_name=defn.name, idempotency_key=key, epoch=ctx.epoch,
                 args=call if len(str(call)) <= MAX_ARGS_IN_RECORD else {"truncated": True},
                 compensation=_dotted(defn.compensate),
-            ))
+            )]
 
         ctx.writer.record(EventKind.EFFECT_STARTED, {"idempotency_key": key, "fencing_token": ctx.epoch},
                           position=position, step_name=defn.name, extra=intent)
@@ -112,7 +114,8 @@ def _resolve_in_doubt(ctx, defn: StepDef, effect: SideEffect, call: dict) -> tup
                           position=effect.position, step_name=defn.name, durability="exit")
         return None
     if defn.on_in_doubt == "reconcile":
-        found = defn.reconcile(effect.idempotency_key, *call["args"], **call["kwargs"])
+        with workflow_code():  # the reconcile function is the workflow's code: what it raises is its own
+            found = defn.reconcile(effect.idempotency_key, *call["args"], **call["kwargs"])
         ctx.writer.record(EventKind.EFFECT_IN_DOUBT, {"idempotency_key": effect.idempotency_key,
                           "policy": "reconcile", "found": found is not None},
                           position=effect.position, step_name=defn.name, durability="exit")

@@ -31,6 +31,7 @@ from journal.engine.sandbox_exec import Limits, execute, sandbox_uid, scrubbed_e
 from journal.models import EventKind, Sandbox, SandboxCommand
 from journal.models.trace import SpanKind
 from journal.store.errors import DurableError, PayloadTooLargeError
+from journal.store.outage import engine_call
 from journal.store.serialization import fingerprint
 
 RUN_STEP = "sandbox.run"
@@ -198,6 +199,7 @@ class SandboxHandle:
         return position, args_hash, (recorded_result(record) if record is not None else None)
 
     # -- commands --------------------------------------------------------------------------
+    @engine_call
     def run(self, cmd: str | list[str], *, timeout: float = 60, env: dict[str, str] | None = None, cwd: str = ".",
             cpu_seconds: int | None = None, memory_bytes: int | None = None, checkpoint: bool | None = None,
             ) -> CommandResult:
@@ -254,6 +256,7 @@ class SandboxHandle:
         return result
 
     # -- file helpers ------------------------------------------------------------------------
+    @engine_call
     def write_file(self, path: str, content: str | bytes, *, checkpoint: bool | None = None) -> dict:
         """Write a file (text as UTF-8) inside the sandbox, as a durable step; returns {"path", "changed", ...}."""
         _check_path(path)
@@ -266,6 +269,7 @@ class SandboxHandle:
         return self._change(position, args_hash, "sandbox.write_file", call, f"write_file {path}", checkpoint,
                             lambda target, rel: write_bytes(self.root, rel, data, sandbox_uid(self.ctx.run_id)))
 
+    @engine_call
     def delete_file(self, path: str, *, checkpoint: bool | None = None) -> dict:
         """Delete a file (not a directory) in the sandbox, as a durable step; a missing file is not an error."""
         _check_path(path)
@@ -309,6 +313,7 @@ class SandboxHandle:
                      "changed": len(created) + len(modified) + len(deleted)}, checkpoint, started, ms)
         return result
 
+    @engine_call
     def read_file(self, path: str, *, binary: bool = False) -> str | bytes:
         """A file's content, journaled: replay returns what the first execution read."""
         def read() -> Any:
@@ -325,6 +330,7 @@ class SandboxHandle:
         value = record_value(self.ctx, "sandbox.read_file", read)
         return bytes.fromhex(value) if binary else value
 
+    @engine_call
     def list_files(self) -> list[str]:
         """Relative paths of the regular files and symlinks in the sandbox, sorted; journaled like reads."""
         def listing() -> list[str]:
@@ -333,6 +339,7 @@ class SandboxHandle:
 
         return record_value(self.ctx, "sandbox.list_files", listing)
 
+    @engine_call
     def exists(self, path: str) -> bool:
         return record_value(self.ctx, "sandbox.exists", lambda: os.path.lexists(self.resolve(path)))
 

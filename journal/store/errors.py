@@ -99,6 +99,15 @@ class LeaseLost(BaseException):  # noqa: N818
     """Internal: this worker no longer holds the run (another claimed it); stop without writing."""
 
 
+class DatabaseUnavailable(BaseException):  # noqa: N818
+    """Internal: the engine's own database calls failed past their retries (a restart, a lost connection).
+
+    Not the workflow's failure: the driving thread gives the run back without recording anything and the
+    worker waits for the database (see ``journal.store.outage``). A BaseException so that workflow code
+    catching ``Exception`` around a step cannot swallow it.
+    """
+
+
 class Released(BaseException):  # noqa: N818
     """Internal: the worker gives the run back (shutdown or pause) at a step boundary."""
 

@@ -6,6 +6,10 @@ hands entries to a background thread that writes them in batches; ``exit`` keeps
 memory. Every mode is flushed by ``barrier()`` before an effect, a suspension or the end of
 the run, so nothing durable ever depends on an entry that is not.
 
+A write that fails because the database went away is retried with bounded backoff
+(``journal.store.outage``); a write that does not commit takes no sequence number, so the session
+log of a run is always 1..N without gaps.
+
 Trace spans ride along in the same transaction when enough have accumulated or at a barrier:
 the trace explains, the journal decides, so spans never cost a commit of their own.
 """
@@ -15,18 +19,19 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db import connection, connections, transaction
+from django.db import OperationalError, connection, connections, transaction
 from django.utils import timezone
 
-from journal.models import Run
-from journal.store import faults
-from journal.store.errors import LeaseLost
+from journal.models import Run, SessionEvent
+from journal.store import faults, outage
+from journal.store.errors import DatabaseUnavailable, LeaseLost
 from journal.store.serialization import storable_json, storable_text
 
 log = logging.getLogger(__name__)
@@ -158,7 +163,7 @@ class JournalWriter:
         encoded once to validate and fingerprint them; encoding them again is most of a step's cost).
         """
         if self.lost is not None:
-            raise LeaseLost(str(self.lost))
+            raise self._dead()
         mode = durability or self.mode
         # What a step produced (an error message, command output) is made storable here, the one
         # place every journal entry passes: a NUL or lone surrogate is escaped, never a failed write.
@@ -188,7 +193,7 @@ class JournalWriter:
     def barrier(self, extra: Callable[[], None] | None = None) -> None:
         """Make everything recorded so far durable (and run ``extra`` in that transaction)."""
         if self.lost is not None:
-            raise LeaseLost(str(self.lost))
+            raise self._dead()
         self._flush(extra, spans=True)
 
     def close(self) -> None:
@@ -216,25 +221,109 @@ class JournalWriter:
         last = batch[-1] if batch else None
         faults.inject("before_commit", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
         try:
-            if len(batch) == 1 and not span_batch and extra is None:
-                fenced_append(self.run_id, self.epoch, batch)  # autocommit: one statement, one commit
-            else:
-                with transaction.atomic():
-                    if batch:
-                        fenced_append(self.run_id, self.epoch, batch)
-                    elif extra is not None:
-                        self._check_epoch()
-                    if span_batch:
-                        _insert_spans(self.run_id, span_batch)
-                    if extra is not None:
-                        extra()
+            self._write_retrying(batch, span_batch, extra)
         except LeaseLost as exc:
             self.lost = exc
+            raise
+        except DatabaseUnavailable as exc:
+            self.lost = exc  # this writer is done: the run is given back, the next claim reads what committed
+            self._forget(batch)
+            raise
+        except BaseException:
+            self._forget(batch)  # the write did not commit: its seq numbers were never taken
             raise
         self.writes += 1
         if span_batch and SPAN_LISTENERS:  # telemetry sees spans once they are durable, never fails a write
             transaction.on_commit(lambda: _tell_listeners(self.run_id, span_batch))
         faults.inject("after_commit", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
+
+    def _write_retrying(self, batch: list[Entry], span_batch: list[dict], extra: Callable[[], None] | None) -> None:
+        """One write, retried through a database outage with bounded exponential backoff.
+
+        Retrying is safe because a write is one transaction: it committed or it did not. When the
+        failure came at (or after) the commit, the answer may have been lost; the entries' own seq
+        numbers say which (under an epoch that is still ours nobody else can have written them).
+        Inside a caller's transaction nothing is retried: that transaction is gone with the connection.
+        """
+        delays = None
+        while True:
+            committing = [False]
+            try:
+                self._attempt(batch, span_batch, extra, committing)
+                return
+            except LeaseLost:
+                raise
+            except Exception as exc:
+                if not outage.is_database_outage(exc):
+                    raise
+                if connection.in_atomic_block:
+                    raise outage.unavailable(exc, "writing the journal") from exc
+                error: BaseException = exc
+            in_doubt = committing[0]
+            delays = delays if delays is not None else outage.backoff(outage.retry_seconds())
+            while True:  # wait for the database; find out whether an in-doubt commit went through
+                delay = next(delays, None)
+                if delay is None:
+                    raise outage.unavailable(error, f"writing the journal of run {self.run_id}") from error
+                outage.drop_connection()
+                time.sleep(delay)
+                if not in_doubt:
+                    break
+                try:
+                    if self._committed(batch):
+                        return
+                    break
+                except LeaseLost:
+                    raise
+                except Exception as exc:
+                    if not outage.is_database_outage(exc):
+                        raise
+                    error = exc
+            log.info("run %s: retrying a journal write after %s", self.run_id, type(error).__name__)
+
+    def _attempt(self, batch: list[Entry], span_batch: list[dict], extra: Callable[[], None] | None,
+                 committing: list[bool]) -> None:
+        last = batch[-1] if batch else None
+        faults.inject("db_write", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
+        if len(batch) == 1 and not span_batch and extra is None:
+            committing[0] = True  # autocommit: the statement is its commit
+            fenced_append(self.run_id, self.epoch, batch)  # one statement, one commit
+        else:
+            with transaction.atomic():
+                if batch:
+                    fenced_append(self.run_id, self.epoch, batch)
+                elif extra is not None:
+                    self._check_epoch()
+                if span_batch:
+                    _insert_spans(self.run_id, span_batch)
+                if extra is not None:
+                    extra()
+                committing[0] = True  # from here a failure may come after the commit went through
+        faults.inject("db_reply", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
+
+    def _committed(self, batch: list[Entry]) -> bool:
+        """After a failure at commit: did the write go through? (False when there is nothing to tell by.)"""
+        if not Run.objects.filter(id=self.run_id, epoch=self.epoch).exists():
+            raise LeaseLost(f"run {self.run_id} was claimed by another worker while the database was away")
+        if not batch:
+            raise outage.unavailable(OperationalError("a commit without journal entries is in doubt"))
+        return SessionEvent.objects.filter(run_id=self.run_id, seq=batch[-1].seq).exists()
+
+    def _forget(self, batch: list[Entry]) -> None:
+        """A write that did not commit gives its seq numbers back: entries recorded since move down, so
+        the session log stays 1..N with no gaps."""
+        if not batch:
+            return
+        with self._lock:
+            first = batch[0].seq
+            for i, entry in enumerate(self._pending):
+                entry.seq = first + i
+            self.next_seq = first + len(self._pending)
+
+    def _dead(self) -> BaseException:
+        if isinstance(self.lost, DatabaseUnavailable):
+            return DatabaseUnavailable(str(self.lost))
+        return LeaseLost(str(self.lost))
 
     def _check_epoch(self) -> None:
         qs = Run.objects.filter(id=self.run_id, epoch=self.epoch)
@@ -258,8 +347,8 @@ class JournalWriter:
                         return
                 try:
                     self._flush(None)
-                except LeaseLost:
-                    return
+                except (LeaseLost, DatabaseUnavailable):
+                    return  # kept in self.lost for the driving thread
                 except Exception as exc:  # keep the error for the driving thread
                     log.exception("async journal writer failed for run %s", self.run_id)
                     self.lost = exc
