@@ -21,11 +21,14 @@ from journal.models.run import lease_seconds
 from journal.store import faults, runstate
 
 
-def _take(row: dict, worker_id: str, now, ttl: int, **filters) -> bool:
-    """The claim's move (through the run state's owner): running, or still compensating, under a new epoch."""
+def _take(row: dict, worker_id: str, ttl: int, **filters) -> bool:
+    """The claim's move (through the run state's owner): running, or still compensating, under a new epoch.
+
+    Stamped with the time of the move itself, after the reads that decided it: a run's started_at is
+    then never earlier than the end of the run whose slot it took (a fan-out's limit, as measured)."""
     target = RunStatus.COMPENSATING if row["status"] == RunStatus.COMPENSATING else RunStatus.RUNNING
     return runstate.move(row["id"], target, cause=runstate.Cause.CLAIM, sources=(row["status"],), filters=filters,
-                         **_claim_fields(worker_id, row, now, ttl))
+                         **_claim_fields(worker_id, row, timezone.now(), ttl))
 
 
 def _claim_fields(worker_id: str, row: dict, now, ttl: int) -> dict:
@@ -109,7 +112,7 @@ def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None
                     break
                 if row["agent"] in blocked or not room.take(row):
                     continue
-                _take(row, worker_id, now, ttl)  # the row is locked: the move cannot miss
+                _take(row, worker_id, ttl)  # the row is locked: the move cannot miss
                 claims.append(_to_claim(row, now))
         return claims
     rows = list(qs.order_by("created_at").values(*fields)[: limit * 4])
@@ -120,7 +123,7 @@ def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None
             break
         if row["agent"] in blocked or not room.take(row):
             continue
-        if _take(row, worker_id, now, ttl, epoch=row["epoch"], lease_owner=row["lease_owner"]):
+        if _take(row, worker_id, ttl, epoch=row["epoch"], lease_owner=row["lease_owner"]):
             claims.append(_to_claim(row, now))
     return claims
 
