@@ -9,12 +9,13 @@ refuses to run on an event loop (SynchronousOnlyOperation).
 from __future__ import annotations
 
 import random
+import threading
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -35,6 +36,32 @@ from journal.models import LangGraphChannel, LangGraphCheckpoint, LangGraphWrite
 _PAGE = 100  # checkpoints decoded per batch while listing
 
 
+class _CloseAtThreadExit:
+    """Closes a thread's database connection when the thread ends.
+
+    LangGraph saves checkpoints from the threads of an executor it starts for each invocation;
+    Django opens a connection in each, and nothing would close it (the connection would linger on
+    the server until garbage collection, or forever). Held in a thread-local, so dropped (and
+    closing) when its thread's locals are cleared.
+    """
+
+    def __init__(self) -> None:
+        self.wrapper = connections[DEFAULT_DB_ALIAS]
+
+    def __del__(self) -> None:
+        raw = self.wrapper.connection
+        if raw is not None:
+            raw.close()
+
+
+_thread_state = threading.local()
+
+
+def _mind_connection() -> None:
+    if threading.current_thread() is not threading.main_thread() and not hasattr(_thread_state, "closer"):
+        _thread_state.closer = _CloseAtThreadExit()
+
+
 def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id}}
 
@@ -52,6 +79,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
+        _mind_connection()
         conf = config["configurable"]
         thread_id, checkpoint_ns = conf["thread_id"], conf.get("checkpoint_ns", "")
         body = checkpoint.copy()
@@ -86,6 +114,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
+        _mind_connection()
         conf = config["configurable"]
         key = {"thread_id": conf["thread_id"], "checkpoint_ns": conf.get("checkpoint_ns", ""),
                "checkpoint_id": conf["checkpoint_id"]}
@@ -108,6 +137,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
     # -- reading ------------------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        _mind_connection()
         conf = config["configurable"]
         rows = LangGraphCheckpoint.objects.filter(thread_id=conf["thread_id"],
                                                   checkpoint_ns=conf.get("checkpoint_ns", ""))
@@ -120,6 +150,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+        _mind_connection()
         rows = LangGraphCheckpoint.objects.all()
         if config is not None:
             conf = config["configurable"]
@@ -204,6 +235,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
     # -- the optional capabilities ------------------------------------------------------------
 
     def delete_thread(self, thread_id: str) -> None:
+        _mind_connection()
         with transaction.atomic():
             for model in (LangGraphWrite, LangGraphChannel, LangGraphCheckpoint):
                 model.objects.filter(thread_id=thread_id).delete()
@@ -214,6 +246,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         Channel rows stay: other checkpoints of the thread may share their versions; they are
         references only, and `delete_thread` / `prune` remove them.
         """
+        _mind_connection()
         run_ids = [str(r) for r in run_ids]
         if not run_ids:
             return
@@ -229,6 +262,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             return [model(thread_id=target_thread_id, **{f: getattr(obj, f) for f in fields})
                     for obj in model.objects.filter(thread_id=source_thread_id).iterator()]
 
+        _mind_connection()
         with transaction.atomic():
             for model in (LangGraphCheckpoint, LangGraphChannel, LangGraphWrite):
                 fields = [f.name for f in model._meta.concrete_fields if f.name not in ("id", "thread_id")]
@@ -237,6 +271,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """`keep_latest`: only the newest checkpoint of each namespace stays (with its writes and the
         channel versions it refers to); `delete`: the threads go entirely."""
+        _mind_connection()
         if strategy == "delete":
             for thread_id in thread_ids:
                 self.delete_thread(thread_id)
