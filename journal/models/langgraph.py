@@ -66,8 +66,7 @@ class LangGraphWrite(models.Model):
     idx = models.IntegerField()  # negative for the special channels (error, interrupt, ...)
     channel = models.CharField(max_length=255)
     task_path = models.CharField(max_length=1000, blank=True, default="")
-    value_type = models.CharField(max_length=32)
-    value = models.BinaryField()
+    value = models.JSONField()  # a reference into the Blob store, as LangGraphChannel.value
 
     class Meta:
         constraints = [

@@ -119,19 +119,20 @@ class JournalSaver(BaseCheckpointSaver[str]):
         key = {"thread_id": conf["thread_id"], "checkpoint_ns": conf.get("checkpoint_ns", ""),
                "checkpoint_id": conf["checkpoint_id"]}
         special, regular = [], []
+        encoder = values.Encoder(self.serde)
         for idx, (channel, value) in enumerate(writes):
-            value_type, data = self.serde.dumps_typed(value)
             write = LangGraphWrite(**key, task_id=task_id, idx=WRITES_IDX_MAP.get(channel, idx), channel=channel,
-                                   task_path=task_path, value_type=value_type, value=data)
+                                   task_path=task_path, value=encoder.encode(value))
             (special if channel in WRITES_IDX_MAP else regular).append(write)
         with transaction.atomic():
+            encoder.flush()
             # A task's regular writes are saved once (a retried task does not overwrite what it wrote);
             # the special ones (error, interrupt, resume, scheduled) take the latest value.
             if regular:
                 LangGraphWrite.objects.bulk_create(regular, ignore_conflicts=True)
             if special:
                 LangGraphWrite.objects.bulk_create(
-                    special, update_conflicts=True, update_fields=["channel", "task_path", "value_type", "value"],
+                    special, update_conflicts=True, update_fields=["channel", "task_path", "value"],
                     unique_fields=["thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"])
 
     # -- reading ------------------------------------------------------------------------------
@@ -200,9 +201,6 @@ class JournalSaver(BaseCheckpointSaver[str]):
                                                       channel__in=names, version__in={v for _, v in pairs}):
                 if (ch.channel, ch.version) in pairs:
                     refs[(thread_id, checkpoint_ns, ch.channel, ch.version)] = ch.value
-        keys = list(refs)
-        decoded = dict(zip(keys, values.decode_many(self.serde, [refs[k] for k in keys]), strict=True))
-
         writes: dict[tuple[str, str, str], list[LangGraphWrite]] = defaultdict(list)
         by_thread: dict[tuple[str, str], list[str]] = defaultdict(list)
         for row, _ in page:
@@ -211,6 +209,12 @@ class JournalSaver(BaseCheckpointSaver[str]):
             for w in LangGraphWrite.objects.filter(thread_id=thread_id, checkpoint_ns=checkpoint_ns,
                                                    checkpoint_id__in=ids):
                 writes[(thread_id, checkpoint_ns, w.checkpoint_id)].append(w)
+        # Channel values and write values decoded together: two reads of the Blob store per page.
+        all_writes = [w for ws in writes.values() for w in ws]
+        keys = list(refs)
+        decoded_all = values.decode_many(self.serde, [refs[k] for k in keys] + [w.value for w in all_writes])
+        decoded = dict(zip(keys, decoded_all[:len(keys)], strict=True))
+        write_values = {id(w): v for w, (_, v) in zip(all_writes, decoded_all[len(keys):], strict=True)}
 
         out = []
         for (row, metadata), body in zip(page, bodies, strict=True):
@@ -227,8 +231,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 metadata=metadata,
                 parent_config=(_config(row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id)
                                if row.parent_checkpoint_id else None),
-                pending_writes=[(w.task_id, w.channel, self.serde.loads_typed((w.value_type, bytes(w.value))))
-                                for w in pending],
+                pending_writes=[(w.task_id, w.channel, write_values[id(w)]) for w in pending],
             ))
         return out
 
@@ -314,7 +317,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             number = current
         else:
             number = int(current.split(".")[0])
-        return f"{number + 1:032}.{random.random():016}"
+        return f"{number + 1:012}.{random.getrandbits(40):010x}"
 
     # -- async: the same code in Django's sync thread ----------------------------------------
 
