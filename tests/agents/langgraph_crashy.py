@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, TypedDict
 
 from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
 
 from journal.contrib.langgraph import graph_workflow
 
@@ -63,5 +64,48 @@ def six_nodes() -> StateGraph:
     for name in names:
         builder.add_node(name, _node(name))
     for a, b in zip([START, *names], [*names, END], strict=True):
+        builder.add_edge(a, b)
+    return builder
+
+
+class Refund(TypedDict, total=False):
+    order: str
+    draft: str
+    verdicts: Annotated[list[str], operator.add]
+    sent: str
+
+
+def _draft(state: Refund) -> dict:
+    _log("draft")
+    return {"draft": f"refund order {state['order']}"}
+
+
+def _review(role: str):
+    def review(state: Refund) -> dict:
+        decision = interrupt({"question": f"{role}: send '{state['draft']}'?", "draft": state["draft"]})
+        _log(f"reviewed by {role}")  # after interrupt(): runs once, when the graph resumes with the decision
+        if not decision["approved"]:
+            return {"verdicts": [f"{role} rejected"]}
+        return {"draft": decision.get("edited") or state["draft"],
+                "verdicts": [f"{role} approved ({', '.join(decision['decided_by'])})"]}
+
+    return review
+
+
+def _send(state: Refund) -> dict:
+    _log("send")
+    rejected = any("rejected" in v for v in state.get("verdicts", []))
+    return {"sent": "" if rejected else state["draft"]}
+
+
+@graph_workflow(name="lg-refund")
+def refund_with_two_reviews() -> StateGraph:
+    """Draft a refund, a manager and then finance review it (graph interrupts), then send."""
+    builder = StateGraph(Refund)
+    builder.add_node("draft", _draft)
+    builder.add_node("manager", _review("manager"))
+    builder.add_node("finance", _review("finance"))
+    builder.add_node("send", _send)
+    for a, b in [(START, "draft"), ("draft", "manager"), ("manager", "finance"), ("finance", "send"), ("send", END)]:
         builder.add_edge(a, b)
     return builder

@@ -13,6 +13,10 @@ worker dies, the sweeper hands the run to another worker, the workflow runs agai
 and the graph resumes the thread from its last checkpoint (its finished nodes, and the pending
 writes of a half-finished super-step, are not run again). Whether the graph had already been
 given its input is journaled (a step), so a resumed run never feeds the input twice.
+
+A graph's `interrupt(value)` becomes an approval (`ctx.request_approval`): the run suspends,
+holding no thread, shows in the approvals inbox, and the decision (approved, comment, edited,
+who) is what `interrupt()` returns when the graph resumes.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ from collections.abc import Callable
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.types import Command
 
 import journal
 from journal.contrib.langgraph.saver import JournalSaver
+from journal.models import Approval
 from journal.store.errors import WorkflowDefinitionError
 
 DURABILITY = ("sync", "async", "exit")  # LangGraph's names, the same as durable-ui's
@@ -82,13 +88,43 @@ def compiled(graph: Any) -> Any:
 
 
 def run_on_thread(graph: Any, input: Any, *, thread_id: str, durability: str = "sync") -> Any:
-    """Invoke the graph on `thread_id`, or resume it there if this run already gave it its input."""
+    """Invoke the graph on `thread_id` (or resume it there if this run already gave it its input),
+    turning each `interrupt()` into an approval the run waits for; returns the final state."""
     graph = compiled(graph)
     config: RunnableConfig = {"configurable": {"thread_id": str(thread_id)}}
     at_start = checkpoint_at_start(str(thread_id))  # journaled: on a resumed run, what it was at the first try
-    resumed = latest_checkpoint_id(str(thread_id)) != at_start
-    result = graph.invoke(None if resumed else input, config, durability=durability)
-    return plain(result)
+    if latest_checkpoint_id(str(thread_id)) == at_start:
+        graph.invoke(input, config, durability=durability)
+    else:
+        state = graph.get_state(config)
+        if state.next and not state.interrupts:  # the dead worker's super-step: run it (and the rest)
+            graph.invoke(None, config, durability=durability)
+    state = graph.get_state(config)
+    while state.interrupts:
+        pending = state.interrupts[0]
+        decision = journal.current().request_approval(_prompt(pending.value), context={
+            "interrupt_id": pending.id, "value": plain(pending.value), "thread_id": str(thread_id)})
+        # On a resumed run the approvals recorded earlier replay in order; those whose interrupt the
+        # thread has already moved past were applied (the checkpoint says so), not to apply twice.
+        if _interrupt_of(decision) == pending.id:
+            graph.invoke(Command(resume={pending.id: decision}), config, durability=durability)
+            state = graph.get_state(config)
+    return plain(state.values)
+
+
+def _prompt(value: Any) -> str:
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, dict):
+        for key in ("question", "prompt", "message"):
+            if isinstance(value.get(key), str) and value[key].strip():
+                return value[key]
+    return "The graph is waiting for a human decision"
+
+
+def _interrupt_of(decision: dict) -> str | None:
+    approval = Approval.objects.filter(id=decision.get("approval_id")).first()
+    return (approval.context or {}).get("interrupt_id") if approval else None
 
 
 @journal.step()
