@@ -1,6 +1,7 @@
 """Graphs that survive their worker: a graph run as a durable-ui run resumes on another worker
 from its last checkpoint when its worker process is SIGKILLed, and finished nodes do not run again."""
 
+import random
 from collections import Counter
 
 import pytest
@@ -9,6 +10,7 @@ import journal
 from journal.contrib.langgraph import JournalSaver, start
 from journal.models import LangGraphCheckpoint, RunStatus, SessionEvent
 from tests.agents import langgraph_crashy
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 AGENTS = "tests.agents.langgraph_crashy"
@@ -43,3 +45,37 @@ def test_a_worker_killed_inside_node_4_resumes_on_another_without_rerunning_node
     counts = Counter(langgraph_crashy.executions(tmp_path))
     assert counts == {"n1": 1, "n2": 1, "n3": 1, "n4": 2, "n5": 1, "n6": 1}, counts
     assert SessionEvent.objects.filter(run_id=run_id, kind="run_recovered").count() == 1
+
+
+def test_a_worker_killed_mid_super_step_keeps_the_finished_siblings_pending_write(
+        tmp_path, worker_env, spawn_worker):
+    """fast and slow run in one super-step; the worker dies in slow after fast's write was saved:
+    the next worker runs slow again, not fast (the pending write stands in for it)."""
+    run_id = start("lg-pair", {})
+    first = spawn_worker(worker_env(AGENTS, LG_KILL_AT="slow"))
+    assert first.wait(timeout=60) == -9, first.log()
+    second = spawn_worker(worker_env(AGENTS))
+    run = journal.wait(run_id, timeout=90)
+    assert second.terminate() == 0, second.log()
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert run.output["joined"] == "fast done + slow done"
+    counts = Counter(langgraph_crashy.executions(tmp_path))
+    assert counts == {"fast": 1, "slow": 2, "join": 1}, counts
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_worker_killed_at_a_random_moment_reruns_at_most_the_node_in_flight(
+        attempt, tmp_path, worker_env, spawn_worker):
+    run_id = start("lg-six", {"done": []})
+    env = worker_env(AGENTS, LG_NODE_SLEEP="0.15")
+    first = spawn_worker(env)
+    started = random.randint(1, 5)
+    wait_for(lambda: len(langgraph_crashy.executions(tmp_path)) >= started, timeout=60, message="nodes to run")
+    first.kill()
+    second = spawn_worker(env)
+    run = journal.wait(run_id, timeout=90)
+    assert second.terminate() == 0, second.log()
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert run.output == {"done": NODES}
+    counts = Counter(langgraph_crashy.executions(tmp_path))
+    assert set(counts) == set(NODES) and sum(counts.values()) - len(NODES) <= 1, (started, counts)

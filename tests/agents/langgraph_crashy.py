@@ -11,10 +11,12 @@ import time
 from pathlib import Path
 from typing import Annotated, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
 from journal.contrib.langgraph import graph_workflow
+from journal.models import LangGraphWrite
 
 
 def _dir() -> Path:
@@ -108,4 +110,48 @@ def refund_with_two_reviews() -> StateGraph:
     builder.add_node("send", _send)
     for a, b in [(START, "draft"), ("draft", "manager"), ("manager", "finance"), ("finance", "send"), ("send", END)]:
         builder.add_edge(a, b)
+    return builder
+
+
+class Pair(TypedDict, total=False):
+    fast: str
+    slow: str
+    joined: str
+
+
+def _fast(state: Pair) -> dict:
+    _log("fast")
+    return {"fast": "fast done"}
+
+
+def _slow(state: Pair, config: RunnableConfig) -> dict:
+    """LG_KILL_AT=slow: dies once its sibling's write is saved (a half-finished super-step)."""
+    _log("slow")
+    if os.environ.get("LG_KILL_AT") == "slow":
+        thread_id = config["configurable"]["thread_id"]
+        deadline = time.monotonic() + 20
+        while not LangGraphWrite.objects.filter(thread_id=thread_id, channel="fast").exists():
+            if time.monotonic() > deadline:
+                raise AssertionError("the fast task's write was never saved")
+            time.sleep(0.02)
+        _maybe_die("slow")
+    return {"slow": "slow done"}
+
+
+def _join(state: Pair) -> dict:
+    _log("join")
+    return {"joined": f"{state['fast']} + {state['slow']}"}
+
+
+@graph_workflow(name="lg-pair")
+def fast_and_slow() -> StateGraph:
+    """Two nodes in one super-step, then a join."""
+    builder = StateGraph(Pair)
+    builder.add_node("fast", _fast)
+    builder.add_node("slow", _slow)
+    builder.add_node("join", _join)
+    builder.add_edge(START, "fast")
+    builder.add_edge(START, "slow")
+    builder.add_edge(["fast", "slow"], "join")
+    builder.add_edge("join", END)
     return builder
