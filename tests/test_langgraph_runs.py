@@ -3,12 +3,15 @@ from its last checkpoint when its worker process is SIGKILLed, and finished node
 
 import random
 from collections import Counter
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 import journal
 from journal.contrib.langgraph import JournalSaver, start
-from journal.models import LangGraphCheckpoint, RunStatus, SessionEvent
+from journal.models import LangGraphChannel, LangGraphCheckpoint, LangGraphWrite, RunStatus, SessionEvent
+from journal.operations import retention
 from tests.agents import langgraph_crashy
 from tests.conftest import wait_for
 
@@ -79,3 +82,16 @@ def test_a_worker_killed_at_a_random_moment_reruns_at_most_the_node_in_flight(
     assert run.output == {"done": NODES}
     counts = Counter(langgraph_crashy.executions(tmp_path))
     assert set(counts) == set(NODES) and sum(counts.values()) - len(NODES) <= 1, (started, counts)
+
+
+def test_retention_purging_a_run_deletes_its_thread_and_leaves_other_threads(drive):
+    run_id = start("lg-six", {"done": []})
+    drive()
+    JournalSaver().copy_thread(run_id, "kept-copy")  # a thread that is no run
+    assert LangGraphCheckpoint.objects.filter(thread_id=run_id).exists()
+    retention.set_rule(keep_days=1)
+    assert retention.purge(now=timezone.now() + timedelta(days=2)) == 1
+    for model in (LangGraphCheckpoint, LangGraphChannel, LangGraphWrite):
+        assert not model.objects.filter(thread_id=run_id).exists()
+    copy = JournalSaver().get_tuple({"configurable": {"thread_id": "kept-copy", "checkpoint_ns": ""}})
+    assert copy.checkpoint["channel_values"]["done"] == NODES  # its blobs are shared, and still there

@@ -2,11 +2,14 @@
 intact, and the storage of a growing message list linear in its length (LangGraph's own layout
 rewrites the whole list at every checkpoint)."""
 
+import asyncio
 import base64
 import json
 import random
 
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
 from django.db.models import Sum
 from django.db.models.functions import Length
 from langchain_core.messages import AIMessage, HumanMessage
@@ -56,6 +59,22 @@ def test_time_travel_forks_from_a_past_checkpoint_without_touching_the_original_
     assert [m.content for m in latest] == ["one", "echo: one", "edited", "echo: edited"]
     original = graph.get_state(after_first.config).values["messages"]
     assert [m.content for m in original] == ["one", "echo: one"]
+
+
+def test_an_async_graph_checkpoints_through_the_async_methods_off_the_event_loop():
+    config = {"configurable": {"thread_id": "chat-async"}}
+
+    async def conversation():
+        graph = _echo_graph().compile(checkpointer=JournalSaver())
+        await graph.ainvoke({"messages": [HumanMessage(content="hi")]}, config)
+        await graph.ainvoke({"messages": [HumanMessage(content="again")]}, config)
+        state = await graph.aget_state(config)
+        await sync_to_async(connections.close_all, thread_sensitive=True)()  # the sync thread's connection
+        return state
+
+    state = asyncio.run(conversation())  # the ORM on the loop would raise SynchronousOnlyOperation
+    assert [m.content for m in state.values["messages"]] == ["hi", "echo: hi", "again", "echo: again"]
+    assert LangGraphCheckpoint.objects.filter(thread_id="chat-async").count() == 6
 
 
 MESSAGES = 200
