@@ -6,12 +6,15 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
+from django.db.models import F
 from django.utils import timezone
+from langgraph.checkpoint.base import empty_checkpoint
 
 import journal
 from journal.contrib.langgraph import JournalSaver, start
-from journal.models import LangGraphChannel, LangGraphCheckpoint, LangGraphWrite, RunStatus, SessionEvent
+from journal.models import LangGraphChannel, LangGraphCheckpoint, LangGraphWrite, Run, RunStatus, SessionEvent
 from journal.operations import retention
+from journal.store.errors import LeaseLost
 from tests.agents import langgraph_crashy
 from tests.conftest import wait_for
 
@@ -95,3 +98,29 @@ def test_retention_purging_a_run_deletes_its_thread_and_leaves_other_threads(dri
         assert not model.objects.filter(thread_id=run_id).exists()
     copy = JournalSaver().get_tuple({"configurable": {"thread_id": "kept-copy", "checkpoint_ns": ""}})
     assert copy.checkpoint["channel_values"]["done"] == NODES  # its blobs are shared, and still there
+
+
+def test_a_worker_that_lost_the_run_cannot_write_its_thread():
+    """A zombie (paused past its lease while another worker claimed the run) is fenced out: its
+    checkpoint and writes are refused, and nothing of them is stored."""
+    run_id = start("lg-six", {"done": []})
+    epoch = journal.get_run(run_id).epoch
+    Run.objects.filter(id=run_id).update(epoch=F("epoch") + 1)  # another worker's claim
+    zombie = JournalSaver(fence=(run_id, epoch))
+    config = {"configurable": {"thread_id": run_id, "checkpoint_ns": ""}}
+    checkpoint = empty_checkpoint()
+    with pytest.raises(LeaseLost):
+        zombie.put(config, {**checkpoint, "channel_values": {"done": ["n1"]}}, {"source": "loop", "step": 1},
+                   {"done": zombie.get_next_version(None, None)})
+    with pytest.raises(LeaseLost):
+        zombie.put_writes({"configurable": {**config["configurable"], "checkpoint_id": checkpoint["id"]}},
+                          [("done", ["n1"])], "task-1")
+    graph = langgraph_crashy.six_nodes().compile(checkpointer=zombie)
+    with pytest.raises(LeaseLost):  # out of LangGraph's invoke, which the executor handles as "stop, write nothing"
+        graph.invoke({"done": []}, {"configurable": {"thread_id": run_id}}, durability="sync")
+    assert langgraph_crashy.executions() == []  # refused at the input checkpoint: no node ran
+    assert not LangGraphCheckpoint.objects.filter(thread_id=run_id).exists()
+    assert not LangGraphWrite.objects.filter(thread_id=run_id).exists()
+    holder = JournalSaver(fence=(run_id, epoch + 1))  # the worker that holds it now
+    holder.put(config, checkpoint, {"source": "loop", "step": 1}, {})
+    assert LangGraphCheckpoint.objects.filter(thread_id=run_id).count() == 1

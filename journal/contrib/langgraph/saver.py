@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import threading
+import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
@@ -32,6 +33,7 @@ from langgraph.checkpoint.base import (
 
 from journal.contrib.langgraph import values
 from journal.models import LangGraphChannel, LangGraphCheckpoint, LangGraphWrite
+from journal.store.errors import LeaseLost
 
 _PAGE = 100  # checkpoints decoded per batch while listing
 
@@ -72,8 +74,27 @@ class JournalSaver(BaseCheckpointSaver[str]):
     Needs Django set up (it uses the default database); holds no connection of its own.
     """
 
-    def __init__(self, *, serde: SerializerProtocol | None = None) -> None:
+    def __init__(self, *, serde: SerializerProtocol | None = None, fence: tuple[str, int] | None = None) -> None:
+        """`fence=(run_id, epoch)`: every write commits only while the run is still at that epoch
+        (raising LeaseLost otherwise), so a worker that lost its lease cannot write over the
+        thread another worker has resumed. `graph_workflow` sets it; plain use leaves it off."""
         super().__init__(serde=serde)
+        self.fence = fence
+
+    def _check_fence(self) -> None:
+        """Inside the write's transaction, as the journal's writer does: on PostgreSQL the share lock
+        makes a claim (which bumps the epoch) wait for this commit; SQLite serializes writers, and a
+        transaction whose read went stale cannot write (SQLITE_BUSY_SNAPSHOT)."""
+        if self.fence is None:
+            return
+        connection = connections[DEFAULT_DB_ALIAS]
+        run_id = uuid.UUID(str(self.fence[0]))
+        pg = connection.vendor == "postgresql"
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT 1 FROM journal_run WHERE id = %s AND epoch = %s{' FOR SHARE' if pg else ''}",
+                           [run_id if pg else run_id.hex, self.fence[1]])
+            if cursor.fetchone() is None:
+                raise LeaseLost(f"run {run_id} was claimed by another worker (epoch {self.fence[1]} is stale)")
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -101,6 +122,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             metadata_type=metadata_type, metadata=metadata_bytes)
         with transaction.atomic():
             encoder.flush()  # blobs first: a channel row never points at bytes that are not there
+            self._check_fence()
             if channels:
                 LangGraphChannel.objects.bulk_create(
                     channels, update_conflicts=True, update_fields=["value"],
@@ -126,6 +148,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             (special if channel in WRITES_IDX_MAP else regular).append(write)
         with transaction.atomic():
             encoder.flush()
+            self._check_fence()
             # A task's regular writes are saved once (a retried task does not overwrite what it wrote);
             # the special ones (error, interrupt, resume, scheduled) take the latest value.
             if regular:

@@ -49,7 +49,8 @@ def graph_workflow(fn: Callable[[], Any] | None = None, *, name: str | None = No
 
     def decorate(build: Callable[[], Any]) -> Callable[[], Any]:
         def run_graph(ctx: journal.Context, input: Any = None, *, thread_id: str | None = None) -> Any:
-            return run_on_thread(build(), input, thread_id=thread_id or ctx.run_id, durability=durability)
+            return run_on_thread(build(), input, thread_id=thread_id or ctx.run_id, durability=durability,
+                                 fence=(ctx.run_id, ctx.epoch))
 
         # The workflow is found again by the builder's name and module; its fingerprint is the
         # builder's code (inspect follows __wrapped__), its signature its own.
@@ -77,20 +78,26 @@ def start(graph: str | Callable[[], Any], input: Any = None, *, thread_id: str |
     return journal.start(graph, input, **({"thread_id": thread_id} if thread_id else {}))
 
 
-def compiled(graph: Any) -> Any:
-    """A graph that checkpoints with JournalSaver: a StateGraph is compiled with one."""
+def compiled(graph: Any, saver: JournalSaver | None = None) -> Any:
+    """A graph that checkpoints with JournalSaver (`saver`, or a plain one): a StateGraph is compiled
+    with it; a graph compiled with a JournalSaver gets `saver` instead."""
+    saver = saver or JournalSaver()
     if hasattr(graph, "compile"):
-        return graph.compile(checkpointer=JournalSaver())
+        return graph.compile(checkpointer=saver)
     if not isinstance(getattr(graph, "checkpointer", None), JournalSaver):
         raise WorkflowDefinitionError("a graph run by durable-ui checkpoints with JournalSaver: return the "
                                       "StateGraph from the builder, or compile it with checkpointer=JournalSaver()")
-    return graph
+    return graph.copy(update={"checkpointer": saver})
 
 
-def run_on_thread(graph: Any, input: Any, *, thread_id: str, durability: str = "sync") -> Any:
+def run_on_thread(graph: Any, input: Any, *, thread_id: str, durability: str = "sync",
+                  fence: tuple[str, int] | None = None) -> Any:
     """Invoke the graph on `thread_id` (or resume it there if this run already gave it its input),
-    turning each `interrupt()` into an approval the run waits for; returns the final state."""
-    graph = compiled(graph)
+    turning each `interrupt()` into an approval the run waits for; returns the final state.
+
+    `fence=(run_id, epoch)`: the thread is written only while this worker holds the run.
+    """
+    graph = compiled(graph, JournalSaver(fence=fence))
     config: RunnableConfig = {"configurable": {"thread_id": str(thread_id)}}
     at_start = checkpoint_at_start(str(thread_id))  # journaled: on a resumed run, what it was at the first try
     if latest_checkpoint_id(str(thread_id)) == at_start:
