@@ -12,6 +12,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 import journal
 from journal.contrib.langgraph import JournalSaver, start
+from journal.engine import registry
 from journal.models import LangGraphChannel, LangGraphCheckpoint, LangGraphWrite, Run, RunStatus, SessionEvent
 from journal.operations import retention
 from journal.store.errors import LeaseLost
@@ -124,3 +125,16 @@ def test_a_worker_that_lost_the_run_cannot_write_its_thread():
     holder = JournalSaver(fence=(run_id, epoch + 1))  # the worker that holds it now
     holder.put(config, checkpoint, {"source": "loop", "step": 1}, {})
     assert LangGraphCheckpoint.objects.filter(thread_id=run_id).count() == 1
+
+
+def test_a_run_can_continue_a_named_thread_and_its_fingerprint_is_the_graphs_code(drive):
+    first = start("lg-six", {"done": []}, thread_id="customer-7")
+    drive()
+    second = start(langgraph_crashy.six_nodes, {"done": ["again"]}, thread_id="customer-7")
+    drive()
+    assert journal.get_run(first).output == {"done": NODES}
+    assert journal.get_run(second).output == {"done": NODES + ["again"] + NODES}  # the same thread, continued
+    assert not LangGraphCheckpoint.objects.filter(thread_id__in=[first, second]).exists()
+    defn = langgraph_crashy.six_nodes.__durable_workflow__
+    assert defn.fingerprint == registry.code_fingerprint(langgraph_crashy.six_nodes)
+    assert defn.fingerprint != langgraph_crashy.fast_and_slow.__durable_workflow__.fingerprint
