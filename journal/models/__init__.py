@@ -4,6 +4,7 @@ from journal.models.approvals import OPEN_APPROVAL_STATUSES, Approval, ApprovalD
 from journal.models.checkpoint import Blob, Checkpoint, CheckpointDecision
 from journal.models.effects import EffectStatus, SideEffect
 from journal.models.harness import AgentPause, Harness, Worker, WorkerKind
+from journal.models.langgraph import LangGraphChannel, LangGraphCheckpoint, LangGraphWrite
 from journal.models.retention import RetentionRule
 from journal.models.run import LIVE_STATUSES, TERMINAL_STATUSES, Run, RunStatus
 from journal.models.sandbox import Sandbox, SandboxCommand
@@ -25,6 +26,9 @@ __all__ = [
     "EventKind",
     "Harness",
     "LIVE_STATUSES",
+    "LangGraphChannel",
+    "LangGraphCheckpoint",
+    "LangGraphWrite",
     "RetentionRule",
     "Run",
     "RunStatus",
