@@ -223,6 +223,23 @@ class OpenAISDKClient:
         return normalise(reply.model_dump(), body["model"])
 
 
+_SDK_CLIENTS: dict[tuple, openai.OpenAI] = {}
+_SDK_CLIENTS_LOCK = threading.Lock()
+
+
+def _shared_sdk_client(base_url: str, api_key: str, timeout: float, max_retries: int) -> openai.OpenAI:
+    """One SDK client (one connection pool) per server and settings for the process's life: workflows
+    build an ``OpenAIClient`` on every resume, and a pool per build would open, and leak, a connection
+    per run."""
+    key = (base_url, api_key, timeout, max_retries)
+    with _SDK_CLIENTS_LOCK:
+        client = _SDK_CLIENTS.get(key)
+        if client is None:
+            client = _SDK_CLIENTS[key] = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout,
+                                                       max_retries=max_retries)
+        return client
+
+
 class OpenAIClient(OpenAISDKClient):
     """Any server speaking OpenAI's chat completions (Ollama, vLLM, hosted), through the ``openai`` SDK."""
 
@@ -232,8 +249,8 @@ class OpenAIClient(OpenAISDKClient):
             raise ModelError(f"the model base URL must start with http:// or https://, not {base_url!r}")
         self.base_url = base_url.rstrip("/")
         # The SDK insists on a key; a local server does not: any placeholder will do there.
-        super().__init__(openai.OpenAI(base_url=self.base_url, api_key=api_key or "not-needed", timeout=timeout,
-                                       max_retries=max_retries), model, stream=stream)
+        super().__init__(_shared_sdk_client(self.base_url, api_key or "not-needed", timeout, max_retries), model,
+                         stream=stream)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> OpenAIClient:
