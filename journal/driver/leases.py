@@ -105,27 +105,27 @@ def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None
     if connection.vendor == "postgresql":
         with transaction.atomic():
             rows = list(qs.order_by("created_at").select_for_update(skip_locked=True).values(*fields)[: limit * 2])
-            blocked = _over_limit(rows)
-            room = _GroupRoom(rows)
-            for row in rows:
+            for row in _eligible(rows):
                 if len(claims) >= limit:
                     break
-                if row["agent"] in blocked or not room.take(row):
-                    continue
                 _take(row, worker_id, ttl)  # the row is locked: the move cannot miss
                 claims.append(_to_claim(row, now))
         return claims
-    rows = list(qs.order_by("created_at").values(*fields)[: limit * 4])
-    blocked = _over_limit(rows)
-    room = _GroupRoom(rows)
-    for row in rows:
+    for row in _eligible(list(qs.order_by("created_at").values(*fields)[: limit * 4])):
         if len(claims) >= limit:
             break
-        if row["agent"] in blocked or not room.take(row):
-            continue
         if _take(row, worker_id, ttl, epoch=row["epoch"], lease_owner=row["lease_owner"]):
             claims.append(_to_claim(row, now))
     return claims
+
+
+def _eligible(rows: list[dict]):
+    """The candidates a claim may take, in order: not of an agent at its limit, not past a fan-out's."""
+    blocked = _over_limit(rows)
+    room = _GroupRoom(rows)
+    for row in rows:
+        if row["agent"] not in blocked and room.take(row):
+            yield row
 
 
 def _to_claim(row: dict, now) -> Claim:
