@@ -7,7 +7,7 @@ Everything here reads the journal by indexed (run, position) lookups, so the ste
 
 ``replay_check`` re-executes the *current* workflow code against a recorded journal with every
 call stubbed by its record (nothing executes, nothing is written) and reports the first
-divergence. ``journal.primitives.versioning`` runs the same check before a run resumes on changed code.
+divergence. ``journal.driver.replayer`` runs the same check before a run resumes on changed code.
 """
 
 from __future__ import annotations
