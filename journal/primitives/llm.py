@@ -1,4 +1,4 @@
-"""Model calls as durable steps, counterfactual forks ("same history, other model"), and run comparison.
+"""Model calls as durable steps (what-if forks and run comparison are journal.operations.whatif).
 
 ``ctx.model(client, messages, tools=None, prompt_version="", **params)`` takes the next step
 position under the name ``model:<model id>``. Live, it calls the client once and records, as

@@ -1,4 +1,4 @@
-"""Model clients: the OpenAI-compatible chat-completions protocol, and an offline scripted client.
+"""Model clients: the official openai and anthropic SDKs behind one normalised shape, and an offline scripted client.
 
 Every client has ``model`` (its default model id) and ``complete(messages, *, model, tools, **params)``
 returning one *normalised* response dict, whatever the wire looked like (plain JSON or an SSE
