@@ -52,6 +52,18 @@ def test_a_crash_before_the_commit_leaves_neither_the_write_nor_the_record(worke
     assert atomic.executions() == ["add ada", "add bob", "add bob", "add cy"]  # bob's first write never happened
 
 
+def test_killed_inside_the_step_after_its_write_leaves_exactly_one_row_after_recovery(worker_env, spawn_worker):
+    run_id = journal.start("atomic-users", ["ada", "bob", "cy"])
+    first = spawn_worker(worker_env(AGENTS, ATOMIC_KILL_AFTER_WRITE="bob"))
+    assert first.wait(timeout=60) == -9  # SIGKILLed inside add_user("bob"), after User.objects.create
+    second = spawn_worker(worker_env(AGENTS))
+    run = journal.wait(run_id, timeout=60)
+    assert second.terminate() == 0, second.log()
+    assert run.status == RunStatus.COMPLETED, (run.status, run.attention_reason)
+    assert User.objects.filter(username="bob").count() == 1
+    assert sorted(User.objects.values_list("username", flat=True)) == ["ada", "bob", "cy"]
+
+
 def test_a_crash_after_the_commit_replays_the_step(worker_env, spawn_worker):
     run_id = journal.start("atomic-users", ["ada", "bob", "cy"])
     first = spawn_worker(worker_env(AGENTS, DURABLE_FAULTS="atomic_committed:position=2"))

@@ -5,6 +5,7 @@ the tests can tell "ran again after a rollback" from "replayed"."""
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 from django.contrib.auth.models import User
@@ -30,7 +31,19 @@ def _log(line: str) -> None:
 @journal.step(atomic=True)
 def add_user(name: str) -> int:
     _log(f"add {name}")
-    return User.objects.create(username=name).id
+    user = User.objects.create(username=name)
+    _maybe_die(name)
+    return user.id
+
+
+def _maybe_die(name: str) -> None:
+    """ATOMIC_KILL_AFTER_WRITE=<name>: SIGKILL this process inside the step, after its write, once."""
+    if os.environ.get("ATOMIC_KILL_AFTER_WRITE") != name:
+        return
+    marker = log_path().with_name(f"killed-after-{name}")
+    if not marker.exists():
+        marker.write_text("x")
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @journal.step(atomic=True, retries=1, retry_delay=0.01)
