@@ -25,6 +25,10 @@
 
   document.addEventListener("change", function (ev) {
     if (ev.target.matches("[data-step-slider]")) stepTo(parseInt(ev.target.value, 10));
+    if (ev.target.matches("[data-enables]")) {
+      var target = document.getElementById(ev.target.dataset.enables);
+      if (target) target.disabled = !ev.target.checked;
+    }
     if (ev.target.matches("[data-select-all]")) {
       document.querySelectorAll("input[name=run_ids]").forEach(function (c) { c.checked = ev.target.checked; });
     }

@@ -99,13 +99,44 @@ def test_operator_filters_opens_a_failed_run_steps_with_the_keyboard_and_forks(p
     shot(page, "04-stepper-step-2")
 
     page.click("details.fork summary")
-    page.click("#fork-submit")
+    assert page.is_disabled("#fork-submit")  # forking with an edited result needs the box ticked
+    page.click("#rerun-submit")
     page.wait_for_url(re.compile(r"/runs/(?!" + demo.failed + r")[0-9a-f-]{36}/$"))
     new_id = page.url.rstrip("/").split("/")[-1]
     fork = Run.objects.get(id=new_id)
     assert str(fork.forked_from_id) == demo.failed and fork.fork_step == 2
     assert "Forked from" in page.inner_text(".lineage")
     shot(page, "05-forked-run")
+    assert not page.js_errors, page.js_errors
+
+
+def test_at_a_failed_step_the_fork_form_offers_rerun_and_an_edit_only_when_ticked(page, live_server, personas,
+                                                                                  drive):
+    demo = make_demo_runs(drive)
+    login(page, live_server, "operator")
+    page.goto(f"{live_server.url}/runs/{demo.failed}/?step=3")
+    assert page.locator("details.fork").get_attribute("open") is not None  # open by default at a failed step
+    assert page.input_value("#fork-override") == ""  # the error is not offered as the step's result
+    assert page.is_disabled("#fork-submit")
+    page.fill("#fork-override", '"typed, not ticked"')
+    assert page.is_disabled("#fork-submit")
+    shot(page, "06-fork-form-failed-step")
+    page.click("#rerun-submit")
+    page.wait_for_url(re.compile(r"/runs/(?!" + demo.failed + r")[0-9a-f-]{36}/$"))
+    rerun = Run.objects.get(id=page.url.rstrip("/").split("/")[-1])
+    assert rerun.fork_step == 3
+    assert not any(e.payload.get("overridden") for e in rerun.events.all())
+
+    page.goto(f"{live_server.url}/runs/{demo.failed}/?step=3")
+    page.check("#fork-edit")
+    assert not page.is_disabled("#fork-submit")
+    page.fill("#fork-override", '"a clean result"')
+    page.click("#fork-submit")
+    page.wait_for_url(re.compile(r"/runs/(?!" + demo.failed + "|" + str(rerun.id) + r")[0-9a-f-]{36}/$"))
+    edited = Run.objects.get(id=page.url.rstrip("/").split("/")[-1])
+    drive()
+    edited.refresh_from_db()
+    assert edited.status == RunStatus.COMPLETED and edited.output == "a clean result"
     assert not page.js_errors, page.js_errors
 
 
