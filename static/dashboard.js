@@ -3,6 +3,22 @@
 (function () {
   "use strict";
 
+  // True while a form under `selector` is in use: focus inside it, a field changed from what the page
+  // drew, or a <details> unfolded. Polled fragments check it so a redraw never erases what someone types.
+  window.formsBusy = function (selector) {
+    var root = document.querySelector(selector);
+    if (!root) return false;
+    var active = document.activeElement;
+    if (active && active !== document.body && root.contains(active) && active.closest("form")) return true;
+    if (root.querySelector("form details[open]")) return true;
+    return Array.prototype.some.call(root.querySelectorAll("form textarea, form input:not([type=hidden]), form select"),
+      function (el) {
+        if (el.type === "checkbox" || el.type === "radio") return el.checked !== el.defaultChecked;
+        if (el.tagName === "SELECT") return Array.prototype.some.call(el.options, function (o) { return o.selected !== o.defaultSelected; });
+        return el.value !== el.defaultValue;
+      });
+  };
+
   function stepTo(n) {
     var nav = document.querySelector("[data-stepper]");
     if (!nav || !window.htmx) return;

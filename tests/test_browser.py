@@ -177,6 +177,32 @@ def test_approve_from_the_inbox_and_watch_the_run_complete_without_reloading(pag
     assert not page.js_errors, page.js_errors
 
 
+def test_the_inbox_keeps_a_half_typed_comment_and_an_open_editor_across_polls(page, live_server, personas, drive):
+    first = journal.start("dash_review", "launch-plan.md")
+    drive()
+    login(page, live_server, "operator")
+    page.goto(f"{live_server.url}/approvals/")
+    polls: list[str] = []
+    page.on("request", lambda r: polls.append(r.url) if "fragment=list" in r.url else None)
+    page.fill(".decide textarea[name=comment]", "half a thought")
+    page.click(".decide details summary")  # "Edit before accepting" unfolds
+    page.locator("h1").click()  # focus leaves the form: the typed text alone must keep it safe
+    page.wait_for_timeout(6_500)  # longer than the 5 s poll
+    assert page.input_value(".decide textarea[name=comment]") == "half a thought"
+    assert page.locator(".decide details").get_attribute("open") is not None
+    assert not polls  # the redraw waited
+    shot(page, "08-inbox-while-typing")
+
+    page.fill(".decide textarea[name=comment]", "")
+    page.click(".decide details summary")  # folded again: nothing is in use, polling goes on
+    page.locator("h1").click()
+    second = journal.start("dash_review", "press-kit.md")
+    drive()
+    page.wait_for_selector("#inbox >> text=Publish press-kit.md?", timeout=12_000)
+    assert polls and Run.objects.get(id=first).status == RunStatus.SUSPENDED and second
+    assert not page.js_errors, page.js_errors
+
+
 def test_a_viewer_sees_no_actions_and_is_refused_when_trying_one(page, live_server, personas, drive):
     demo = make_demo_runs(drive)
     login(page, live_server, "viewer")
