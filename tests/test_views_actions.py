@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.db import transaction
 from django.urls import reverse
 
 from journal.models import Run, RunStatus, SessionEvent
@@ -205,3 +206,45 @@ def test_compensate_a_cancelled_run_undoes_its_effects(operator, drive):
     effect = SideEffect.objects.get(run_id=run_id)
     assert effect.status == "compensated" and effect.compensation_result == {"refunded": 120}
     assert "compensated" in operator.get(reverse("run_detail", args=[run_id])).content.decode()
+
+
+def _lifecycle_buttons(body: str) -> set[str]:
+    import re
+
+    return set(re.findall(r"hx-post=\"/runs/[0-9a-f-]+/act/(resume|retry|compensate|cancel|pause|unpause)/\"", body))
+
+
+def test_actions_follow_the_runs_state(operator, demo):
+    done = operator.get(reverse("run_detail", args=[demo.ok])).content.decode()
+    assert _lifecycle_buttons(done) == set()
+    assert "Send a signal" not in done
+    for name in ("resume", "retry", "compensate", "cancel", "signal"):
+        assert f"<li>{name}: not offered, it is completed</li>" in done
+    failed = operator.get(reverse("run_detail", args=[demo.failed])).content.decode()
+    assert _lifecycle_buttons(failed) == {"retry"}  # dash_fail made no effect with a compensation
+    assert "compensate: not offered, it has no completed effect with a compensation to undo" in failed
+    waiting = operator.get(reverse("run_detail", args=[demo.waiting])).content.decode()
+    assert _lifecycle_buttons(waiting) == {"cancel", "pause"} and "Send a signal" in waiting
+
+
+def test_allowed_actions_agree_with_what_the_engine_accepts(operator, demo):
+    import journal
+    from journal.operations.runs import allowed_actions
+
+    for run_id in (demo.ok, demo.failed, demo.waiting):
+        run = Run.objects.get(id=run_id)
+        allowed = allowed_actions(run)
+        for name in ("resume", "retry", "compensate"):
+            try:
+                with transaction.atomic():
+                    getattr(journal, name)(run_id, actor="t")
+                    raise Rollback
+            except Rollback:
+                accepted = True
+            except journal.DurableError:
+                accepted = False
+            assert accepted == (name in allowed), (run.status, name)
+
+
+class Rollback(Exception):
+    """Undo an accepted action so the next one sees the run as it was."""

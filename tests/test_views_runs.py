@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from journal.models import Run, RunStatus
 from runs.models import AuditEntry
@@ -116,7 +119,41 @@ def test_bulk_cancel_cancels_selected_runs_and_audits_each(client, personas, dem
     assert Run.objects.get(id=demo.waiting).status == RunStatus.CANCELLED
     entries = {str(e.run_id): e for e in AuditEntry.objects.filter(action="cancel")}
     assert entries[demo.waiting].ok and entries[demo.waiting].comment == "incident 42"
-    assert not entries[demo.ok].ok and "already completed" in entries[demo.ok].result
+    assert demo.ok not in entries  # a completed run is skipped (counted), never handed to the engine
+
+
+def _messages(resp) -> list[tuple[str, str]]:
+    return [(m.level_tag, str(m)) for m in resp.context["messages"]]
+
+
+def test_bulk_retry_of_completed_runs_counts_them_as_skipped_not_errors(client, personas, demo):
+    _login(client, personas, "operator")
+    resp = client.post(reverse("run_bulk"), {"action": "retry", "run_ids": [demo.ok, demo.evil, demo.failed],
+                                             "next": "/"}, follow=True)
+    msgs = _messages(resp)
+    assert ("warning", "retry: 2 skipped: completed") in msgs
+    assert ("success", "retry: 1 run(s) retry scheduled") in msgs
+    assert not [m for m in msgs if m[0] == "error"]
+    assert Run.objects.get(id=demo.failed).status == RunStatus.PENDING
+    assert [str(e.run_id) for e in AuditEntry.objects.filter(action="retry")] == [demo.failed]
+
+
+def test_bulk_cancel_says_requested_for_running_runs_and_cancelled_for_idle_ones(client, personas, demo):
+    import journal
+
+    running = journal.start("dash_ok", "held.txt")
+    Run.objects.filter(id=running).update(status=RunStatus.RUNNING, lease_owner="w-1",
+                                          lease_expires_at=timezone.now() + timedelta(hours=1))
+    _login(client, personas, "operator")
+    resp = client.post(reverse("run_bulk"), {"action": "cancel", "run_ids": [demo.waiting, running], "next": "/"},
+                       follow=True)
+    msgs = _messages(resp)
+    assert ("success", "cancel: 1 run(s) cancelled") in msgs
+    assert ("info", "cancel: cancellation requested for 1 running run(s); each stops at its next step boundary") \
+        in msgs
+    assert not any("done" in text for _, text in msgs)
+    held = Run.objects.get(id=running)
+    assert held.status == RunStatus.RUNNING and held.cancel_requested
 
 
 def test_bulk_refuses_unknown_actions_and_unsafe_redirects(client, personas, demo):

@@ -17,6 +17,7 @@ from journal.models import (
     SideEffect,
     TraceSpan,
 )
+from journal.operations.runs import refusal
 from runs import charts, stepper
 from runs.permissions import viewer_required
 from runs.views.common import get_run_or_404, parse_int
@@ -24,6 +25,8 @@ from runs.views.common import get_run_or_404, parse_int
 EVENTS_PAGE = 100  # the first events; the stepper and the tail reach the rest
 TAB_ROWS = 200
 TAIL_ROWS = 200
+# offered only where the engine allows them (journal.operations.runs.refusal says why not)
+LIFECYCLE = ("pause", "unpause", "resume", "retry", "compensate", "cancel", "signal")
 
 
 def _int(value: str | None, default: int) -> int:
@@ -61,6 +64,9 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "in_doubt": SideEffect.objects.filter(run=run, status="started").order_by("position").first(),
         "approval": _pending_approval(run),
     }
+    refused = {a: refusal(run, a) for a in LIFECYCLE}
+    context["allowed"] = {a for a, why in refused.items() if not why}
+    context["not_offered"] = [(a, why) for a, why in refused.items() if why]
     return render(request, "runs/detail.html", context)
 
 

@@ -8,7 +8,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from journal.models import LIVE_STATUSES, Run, RunStatus
+from journal.models import LIVE_STATUSES, TERMINAL_STATUSES, Run, RunStatus
+from journal.operations.runs import refusal
 from runs import queries
 from runs.permissions import operator_required, viewer_required
 from runs.views.common import as_uuid, perform
@@ -95,21 +96,49 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
         "retry": lambda rid: journal.retry(rid, actor=actor, reason=reason),
         "compensate": lambda rid: journal.compensate(rid, actor=actor, reason=reason),
     }
-    done, failed = 0, []
-    for text in ids:
-        rid = as_uuid(text)
+    parsed = {text: as_uuid(text) for text in ids}
+    runs = {r.id: r for r in Run.objects.filter(id__in=[rid for rid in parsed.values() if rid])
+            .only("id", "status", "paused")}
+    done, requested, failed = 0, 0, []
+    skipped: dict[str, int] = {}
+    for text, rid in parsed.items():
         if rid is None:  # never handed to the engine: it is not a run id at all
             failed.append(f"{text[:40]!r} is not a run id")
             continue
+        run = runs.get(rid)
+        if run is None:
+            failed.append(f"{str(rid)[:8]}: no such run")
+            continue
+        why = refusal(run, action)
+        if why:  # the engine would refuse: counted, not an error
+            why = why.removeprefix("it is ")
+            skipped[why] = skipped.get(why, 0) + 1
+            continue
         outcome = perform(request, action, lambda rid=rid: calls[action](rid), run_id=rid,
                           comment=reason, target="bulk")
-        if outcome.ok:
-            done += 1
-        else:
+        if not outcome.ok:
             failed.append(f"{str(rid)[:8]}: {outcome.message}")
-    if done:
-        messages.success(request, f"{action}: {done} run(s) done")
-    for line in failed[:20]:
-        messages.error(request, line)
+        elif action == "cancel" and getattr(outcome.value, "status", None) not in TERMINAL_STATUSES:
+            requested += 1  # a worker holds it: it stops at its next step boundary
+        else:
+            done += 1
+    messages_for_bulk(request, action, done, requested, skipped, failed)
     return redirect(back)
 
+
+PAST = {"cancel": "cancelled", "retry": "retry scheduled", "compensate": "compensation started"}
+
+
+def messages_for_bulk(request, action: str, done: int, requested: int, skipped: dict[str, int],
+                      failed: list[str]) -> None:
+    if done:
+        messages.success(request, f"{action}: {done} run(s) {PAST[action]}")
+    if requested:
+        messages.info(request, f"cancel: cancellation requested for {requested} running run(s); "
+                               "each stops at its next step boundary")
+    if skipped:
+        parts = (next(iter(skipped)) if len(skipped) == 1
+                 else ", ".join(f"{n} {why}" for why, n in sorted(skipped.items())))
+        messages.warning(request, f"{action}: {sum(skipped.values())} skipped: {parts}")
+    for line in failed[:20]:
+        messages.error(request, line)
