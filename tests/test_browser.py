@@ -203,6 +203,28 @@ def test_the_inbox_keeps_a_half_typed_comment_and_an_open_editor_across_polls(pa
     assert not page.js_errors, page.js_errors
 
 
+def test_the_stepper_grows_live_after_a_resume_and_agrees_with_the_header(page, live_server, personas, drive):
+    from journal.operations.timetravel import step_total
+
+    run_id = journal.start("dash_grow", "doc")
+    drive()
+    login(page, live_server, "viewer")
+    page.goto(f"{live_server.url}/runs/{run_id}/")
+    before = step_total(run_id)
+    assert page.inner_text("#step-total") == str(before) == page.inner_text("#header-steps").split()[0]
+    page.evaluate("window.__same_page = true")
+    journal.signal(run_id, "more", {})
+    drive()
+    after = step_total(run_id)
+    page.wait_for_function(f"document.querySelector('#step-total').textContent.trim() === '{after}'",
+                           timeout=15_000)
+    page.wait_for_function(f"document.querySelector('#header-steps').textContent.trim().startsWith('{after}')",
+                           timeout=15_000)
+    assert page.evaluate("window.__same_page") is True and after > before
+    shot(page, "09-stepper-grown")
+    assert not page.js_errors, page.js_errors
+
+
 def test_a_viewer_sees_no_actions_and_is_refused_when_trying_one(page, live_server, personas, drive):
     demo = make_demo_runs(drive)
     login(page, live_server, "viewer")

@@ -7,7 +7,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from journal.models import SessionEvent
+from journal.models import Run, SessionEvent
 from tests.dashboard_data import make_demo_runs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -129,3 +129,40 @@ def test_a_long_journal_lists_the_first_events_and_tails_from_the_newest(viewer,
     body = viewer.get(reverse("run_detail", args=[run_id])).content.decode()
     assert f'data-seq="{EVENTS_PAGE}"' in body and f'data-seq="{EVENTS_PAGE + 1}"' not in body
     assert f"–{newest} are not listed here" in body
+
+
+def test_header_and_stepper_count_steps_the_same_way(client, personas, demo):
+    from journal.operations.timetravel import step_total
+
+    client.force_login(personas["viewer"])
+    Run.objects.filter(id=demo.ok).update(steps=44)  # the run row's counter is not what the stepper walks
+    total = step_total(demo.ok)
+    assert total != 44
+    body = client.get(reverse("run_detail", args=[demo.ok])).content.decode()
+    assert f'<dd id="header-steps">{total}' in body and f'of <span id="step-total">{total}</span>' in body
+    header = client.get(reverse("run_header", args=[demo.ok]), HTTP_HX_REQUEST="true").content.decode()
+    assert f'<dd id="header-steps">{total}' in header
+
+
+def test_the_stepper_poll_redraws_only_when_the_total_grew(client, personas, drive):
+    import journal
+    from journal.operations.timetravel import step_total
+
+    client.force_login(personas["viewer"])
+    run_id = journal.start("dash_grow", "doc")
+    drive()
+    url = reverse("run_detail", args=[run_id])
+    page = client.get(url).content.decode()
+    before = step_total(run_id)
+    assert 'id="stepper-poll"' in page and f"known_total={before}" in page
+    same = client.get(url, {"step": 1, "fragment": "journal", "known_total": before}, HTTP_HX_REQUEST="true")
+    assert same.status_code == 204
+    journal.signal(run_id, "more", {})
+    drive()
+    after = step_total(run_id)
+    assert after > before
+    grown = client.get(url, {"step": 1, "fragment": "journal", "known_total": before}, HTTP_HX_REQUEST="true")
+    assert grown.status_code == 200 and f'of <span id="step-total">{after}</span>' in grown.content.decode()
+    done = client.get(url, {"step": 1, "fragment": "journal", "known_total": after}, HTTP_HX_REQUEST="true")
+    assert done.status_code == 286  # finished and nothing new: stop polling
+    assert 'id="stepper-poll"' not in client.get(url).content.decode()

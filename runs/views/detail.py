@@ -42,7 +42,10 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     total = stepper.total_steps(run)
     step = stepper.step_view(run, _int(request.GET.get("step"), total or 1), total) if total else None
     if request.htmx and request.GET.get("fragment") == "journal":
-        return render(request, "runs/detail.html#journal", {"run": run, "step": step})
+        known = parse_int(request.GET.get("known_total"))
+        if known is not None and known == total:  # the stepper's poll: nothing new, leave the page alone
+            return HttpResponseStopPolling() if run.is_terminal else HttpResponse(status=204)
+        return render(request, "runs/detail.html#journal", {"run": run, "step": step, "total_steps": total})
     events = list(SessionEvent.objects.filter(run=run).order_by("seq")[:EVENTS_PAGE])
     spans = list(TraceSpan.objects.filter(run=run).order_by("started_at", "id")[:TAB_ROWS])
     lineage = {
@@ -55,7 +58,7 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     gantt = charts.gantt({"name": s.name, "kind": s.kind, "position": s.position, "started_at": s.started_at,
                           "duration_ms": s.duration_ms, "status": s.status} for s in spans)
     context = {
-        "run": run, "step": step, "events": events, "more_events": len(events) == EVENTS_PAGE,
+        "run": run, "step": step, "total_steps": total, "events": events, "more_events": len(events) == EVENTS_PAGE,
         "last_seq": _max_seq(run, events), "spans": spans, "gantt": gantt, "lineage": lineage,
         "checkpoints": list(Checkpoint.objects.filter(run=run).defer("manifest", "state").order_by("position")
                             [:TAB_ROWS]),
@@ -92,7 +95,7 @@ def _pending_approval(run: Run):
 def run_header(request: HttpRequest, run_id) -> HttpResponse:
     """The header fragment, polled while the run is live; 286 stops the polling once it is terminal."""
     run = get_run_or_404(run_id)
-    response = render(request, "runs/detail.html#header", {"run": run})
+    response = render(request, "runs/detail.html#header", {"run": run, "total_steps": stepper.total_steps(run)})
     if run.is_terminal:
         return HttpResponseStopPolling(response.content)
     return response
