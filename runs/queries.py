@@ -81,6 +81,10 @@ class RunFilter:
             run_id = _as_uuid(self.q)
             if run_id is not None:
                 text |= Q(id=run_id)
+            else:
+                prefix = id_prefix_range(self.q)
+                if prefix is not None:  # the 8-character ids the pages show: an indexed range on the key
+                    text |= Q(id__gte=prefix[0], id__lte=prefix[1])
             qs = qs.annotate(_in=Cast("input", TextField()), _out=Cast("output", TextField())).filter(text)
         return qs
 
@@ -98,6 +102,18 @@ def _as_uuid(text: str) -> uuid.UUID | None:
         return uuid.UUID(text)
     except (ValueError, TypeError):
         return None
+
+
+_HEX_PREFIX = re.compile(r"[0-9a-f]{4,31}")
+
+
+def id_prefix_range(text: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+    """The run ids starting with ``text`` (4 to 31 hex digits, dashes ignored) as an inclusive range of
+    UUIDs: the same order on PostgreSQL's uuid and SQLite's hex text, so the primary key index serves it."""
+    digits = text.strip().lower().replace("-", "")
+    if not _HEX_PREFIX.fullmatch(digits):
+        return None
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
 
 
 def _parse_time(text: str, name: str, errors: list[str], end_of_day: bool = False) -> datetime | None:

@@ -44,6 +44,23 @@ def test_list_shows_runs_and_filters_by_status_agent_and_text(client, personas, 
     assert demo.ok[:8] in by_id and demo.failed[:8] not in by_id
 
 
+def _listed(client, q) -> set[str]:
+    import re
+
+    body = client.get(reverse("run_list"), {"q": q}).content.decode()
+    return set(re.findall(r'href="/runs/([0-9a-f-]{36})/"', body))
+
+
+def test_the_short_ids_the_pages_show_can_be_searched(client, personas, demo):
+    _login(client, personas)
+    everyone = {demo.ok, demo.failed, demo.waiting, demo.evil, demo.evil_failed, demo.review}
+    for run_id in everyone:
+        assert run_id in _listed(client, run_id[:8])  # the 8 characters every page shows
+        assert _listed(client, run_id[:8]) == {r for r in everyone if r.startswith(run_id[:8])}
+        assert run_id in _listed(client, run_id[:13].upper())  # with the dash, in capitals
+    assert _listed(client, "zzzzzzzz") == set()
+
+
 def test_bad_filter_values_are_explained_not_crashed(client, personas, demo):
     _login(client, personas)
     resp = client.get(reverse("run_list"), {"since": "yesterday-ish", "status": "bogus", "sort": "nope",
