@@ -33,6 +33,17 @@
     var t = ev.target;
     if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName) && t.type !== "range")) return;
     if (ev.altKey || ev.ctrlKey || ev.metaKey) return;
+    if (t && t.getAttribute && t.getAttribute("role") === "tab") {  // a focused tab: ← → move between tabs only
+      if (ev.key !== "ArrowRight" && ev.key !== "ArrowLeft" && ev.key !== "Home" && ev.key !== "End") return;
+      var tabs = Array.prototype.slice.call(t.parentElement.querySelectorAll("[role=tab]"));
+      var i = tabs.indexOf(t);
+      var next = ev.key === "Home" ? 0 : ev.key === "End" ? tabs.length - 1
+        : (i + (ev.key === "ArrowRight" ? 1 : -1) + tabs.length) % tabs.length;
+      ev.preventDefault();
+      selectTab(tabs[next]);
+      tabs[next].focus();
+      return;
+    }
     var link = null;
     if (ev.key === "ArrowRight") link = document.getElementById("step-next");
     if (ev.key === "ArrowLeft") link = document.getElementById("step-prev");
@@ -89,7 +100,9 @@
   // Tabs (ARIA tablist): click or ← → within the tab list.
   document.addEventListener("click", function (ev) {
     var tab = ev.target.closest && ev.target.closest("[role=tab]");
-    if (!tab) return;
+    if (tab) selectTab(tab);
+  });
+  function selectTab(tab) {
     var list = tab.parentElement;
     list.querySelectorAll("[role=tab]").forEach(function (t) {
       var on = t === tab;
@@ -98,7 +111,7 @@
       var panel = document.getElementById(t.getAttribute("aria-controls"));
       if (panel) panel.hidden = !on;
     });
-  });
+  }
 
   function drawCharts(root) {
     if (!window.Plotly) return;

@@ -225,6 +225,44 @@ def test_the_stepper_grows_live_after_a_resume_and_agrees_with_the_header(page, 
     assert not page.js_errors, page.js_errors
 
 
+def test_arrow_keys_on_a_focused_tab_move_between_tabs_not_the_stepper(page, live_server, personas, drive):
+    demo = make_demo_runs(drive)
+    login(page, live_server, "viewer")
+    page.goto(f"{live_server.url}/runs/{demo.failed}/")
+    assert page.inner_text("#step-title").startswith("Step 3:")
+    page.focus("#t-events")
+    page.keyboard.press("ArrowRight")
+    assert page.get_attribute("#t-checkpoints", "aria-selected") == "true"
+    assert page.evaluate("document.activeElement.id") == "t-checkpoints"
+    assert not page.is_hidden("#tab-checkpoints") and page.is_hidden("#tab-events")
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("ArrowLeft")  # wraps round to the last tab
+    assert page.get_attribute("#t-trace", "aria-selected") == "true"
+    page.wait_for_timeout(300)
+    assert page.inner_text("#step-title").startswith("Step 3:") and "step=" not in page.url  # the stepper stayed
+    page.locator("h1").click()
+    page.keyboard.press("ArrowLeft")  # elsewhere the keys still step
+    page.wait_for_function("document.querySelector('#step-title').textContent.startsWith('Step 2:')")
+    assert not page.js_errors, page.js_errors
+
+
+def test_a_run_waiting_for_approval_shows_the_decision_above_the_stepper(page, live_server, personas, drive):
+    run_id = journal.start("dash_review", "launch-plan.md")
+    drive()
+    login(page, live_server, "operator")
+    page.goto(f"{live_server.url}/runs/{run_id}/")
+    decision = page.locator("#decision").bounding_box()
+    stepper = page.locator("#journal").bounding_box()
+    assert decision["y"] < stepper["y"] and decision["y"] + decision["height"] < 900  # in the first screen
+    shot(page, "10-decision-above-stepper")
+    page.fill("#decision input[name=comment]", "fine")
+    page.click("#decision button[value=accept]")
+    page.wait_for_url(f"{live_server.url}/runs/{run_id}/")
+    assert page.locator("#decision").count() == 0
+    assert Run.objects.get(id=run_id).status == RunStatus.PENDING
+    assert not page.js_errors, page.js_errors
+
+
 def test_a_viewer_sees_no_actions_and_is_refused_when_trying_one(page, live_server, personas, drive):
     demo = make_demo_runs(drive)
     login(page, live_server, "viewer")
