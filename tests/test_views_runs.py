@@ -199,3 +199,20 @@ def test_list_query_count_does_not_grow_with_rows(client, personas, drive, djang
     assert counts[0] == counts[1], counts
     with django_assert_max_num_queries(12):
         client.get(reverse("run_list"), {"q": "bulk", "status": "pending", "sort": "agent"})
+
+
+def test_progress_bars_are_full_for_completed_runs_and_labels_carry_numbers(client, personas, demo):
+    import journal
+
+    live = journal.start("dash_ok", "contracts.zip")
+    Run.objects.filter(id=live).update(progress={"done": 37, "total": 120, "label": "contracts"})
+    Run.objects.filter(id=demo.ok).update(progress={"done": 1, "total": 2, "label": "documents"})  # ended early
+    _login(client, personas)
+    body = client.get(reverse("run_list")).content.decode()
+    live_cell = body.split(f'id="pg-{live}"')[1].split("</td>")[0]
+    assert 'value="31"' in live_cell and "37 / 120 contracts" in live_cell
+    done_cell = body.split(f'id="pg-{demo.ok}"')[1].split("</td>")[0]
+    assert 'value="100"' in done_cell and "2 / 2 documents" in done_cell
+    page = client.get(reverse("run_detail", args=[demo.ok])).content.decode()
+    header = page.split('id="header-steps"')[1].split("</dd>")[0]
+    assert 'value="100"' in header and "2 / 2 documents" in header

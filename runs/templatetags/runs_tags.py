@@ -128,5 +128,29 @@ def percent(progress: Any) -> int | None:
 
 
 @register.filter
+def progress_of(run: Any) -> dict | None:
+    """What a progress bar shows for a run: ``{"pct": 0..100 or None, "text": "37 / 120 contracts"}``.
+
+    A completed run is complete: its bar is full and its count reads total of total, whatever the last
+    ``set_progress`` before the end said. None when the run never reported progress."""
+    progress = getattr(run, "progress", None)
+    if not isinstance(progress, dict):
+        return None
+    try:
+        done = int(progress.get("done") or 0)
+        total = int(progress["total"]) if progress.get("total") not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+    label = str(progress.get("label") or "")
+    if getattr(run, "status", "") == "completed":
+        done = total if total else done
+        pct = 100
+    else:
+        pct = max(0, min(100, round(100 * done / total))) if total else None
+    count = f"{done:,} / {total:,}" if total else f"{done:,}"
+    return {"pct": pct, "text": f"{count} {label}".strip()}
+
+
+@register.filter
 def short_id(value: Any) -> str:
     return str(value)[:8]
