@@ -12,6 +12,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/", detail.run_detail, name="run_detail"),
     path("runs/<uuid:run_id>/header/", detail.run_header, name="run_header"),
     path("runs/<uuid:run_id>/tail/", detail.run_tail, name="run_tail"),
+    path("runs/<uuid:run_id>/events/", detail.run_events, name="run_events"),
     path("runs/<uuid:run_id>/events/<int:seq>/payload/", detail.event_payload, name="event_payload"),
     path("runs/<uuid:run_id>/act/<slug:action>/", actions.run_action, name="run_act"),
     path("approvals/", approvals.inbox, name="approvals"),

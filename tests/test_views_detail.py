@@ -128,7 +128,7 @@ def test_a_long_journal_lists_the_first_events_and_tails_from_the_newest(viewer,
     newest = SessionEvent.objects.filter(run_id=run_id).order_by("-seq").first().seq
     body = viewer.get(reverse("run_detail", args=[run_id])).content.decode()
     assert f'data-seq="{EVENTS_PAGE}"' in body and f'data-seq="{EVENTS_PAGE + 1}"' not in body
-    assert f"–{newest} are not listed here" in body
+    assert f"after event {EVENTS_PAGE} of {newest})" in body  # the next page's button, up to the newest
 
 
 def test_header_and_stepper_count_steps_the_same_way(client, personas, demo):
@@ -166,3 +166,49 @@ def test_the_stepper_poll_redraws_only_when_the_total_grew(client, personas, dri
     done = client.get(url, {"step": 1, "fragment": "journal", "known_total": after}, HTTP_HX_REQUEST="true")
     assert done.status_code == 286  # finished and nothing new: stop polling
     assert 'id="stepper-poll"' not in client.get(url).content.decode()
+
+
+def test_tab_counts_and_the_timeline_say_when_they_are_cut_off(client, personas, drive, monkeypatch):
+    import journal
+    from journal.models import TraceSpan
+    from runs.views import detail
+
+    run_id = journal.start("dash_many", 5)
+    drive()
+    spans = TraceSpan.objects.filter(run_id=run_id).count()
+    assert spans >= 5
+    monkeypatch.setattr(detail, "TAB_ROWS", 2)
+    client.force_login(personas["viewer"])
+    body = client.get(reverse("run_detail", args=[run_id])).content.decode()
+    assert f"Trace (first 2 of {spans})" in body
+    assert 'id="timeline-cut"' in body and f"Showing the first 2 of {spans} spans" in body
+    monkeypatch.setattr(detail, "TAB_ROWS", 200)
+    whole = client.get(reverse("run_detail", args=[run_id])).content.decode()
+    assert f"Trace ({spans})" in whole and 'id="timeline-cut"' not in whole
+
+
+def test_the_events_list_pages_with_a_cursor_up_to_where_the_tail_starts(client, personas, drive, monkeypatch):
+    import re
+
+    import journal
+    from runs.views import detail
+
+    monkeypatch.setattr(detail, "EVENTS_PAGE", 4)
+    run_id = journal.start("dash_many", 12)
+    drive()
+    newest = SessionEvent.objects.filter(run_id=run_id).order_by("-seq").first().seq
+    assert newest > 8
+    client.force_login(personas["viewer"])
+    body = client.get(reverse("run_detail", args=[run_id])).content.decode()
+    assert f"Events ({newest})" in body
+    seen = [int(n) for n in re.findall(r'<tr data-seq="(\d+)"', body)]
+    assert seen == [1, 2, 3, 4]
+    link = re.search(r'hx-get="(/runs/[^"]+/events/\?after=4&amp;until=(\d+))"', body)
+    assert link and int(link.group(2)) == newest
+    url = link.group(1).replace("&amp;", "&")
+    while url:
+        page = client.get(url, HTTP_HX_REQUEST="true").content.decode()
+        seen += [int(n) for n in re.findall(r'<tr data-seq="(\d+)"', page)]
+        more = re.search(r'hx-get="(/runs/[^"]+/events/\?after=\d+&amp;until=\d+)"', page)
+        url = more.group(1).replace("&amp;", "&") if more else ""
+    assert seen == list(range(1, newest + 1))  # every event once, in order, and the last page has no button

@@ -128,6 +128,12 @@ def percent(progress: Any) -> int | None:
 
 
 @register.filter
+def thousands(value: Any) -> str:
+    """1234 -> "1,234" (counts in labels); anything else as it is."""
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+@register.filter
 def progress_of(run: Any) -> dict | None:
     """What a progress bar shows for a run: ``{"pct": 0..100 or None, "text": "37 / 120 contracts"}``.
 
