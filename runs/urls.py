@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from runs.views import actions, approvals, audit, detail, retention, runs, workers
+from runs.views import actions, approvals, audit, compare, detail, retention, runs, workers
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="registration/login.html"), name="login"),
@@ -9,6 +9,7 @@ urlpatterns = [
     path("", runs.run_list, name="run_list"),
     path("runs/live/", runs.run_list_live, name="run_list_live"),
     path("runs/bulk/", runs.bulk_action, name="run_bulk"),
+    path("runs/compare/", compare.compare, name="run_compare"),
     path("runs/<uuid:run_id>/", detail.run_detail, name="run_detail"),
     path("runs/<uuid:run_id>/header/", detail.run_header, name="run_header"),
     path("runs/<uuid:run_id>/tail/", detail.run_tail, name="run_tail"),

@@ -98,6 +98,18 @@
   });
 
   // Tabs (ARIA tablist): click or ← → within the tab list.
+  // "Compare the two selected" (runs list): a plain link to the compare page, never the bulk form's POST.
+  document.addEventListener("click", function (ev) {
+    var btn = ev.target.closest && ev.target.closest("[data-compare-url]");
+    if (!btn) return;
+    var ids = Array.prototype.map.call(document.querySelectorAll("input[name=run_ids]:checked"), function (c) { return c.value; });
+    if (ids.length !== 2) {
+      var flash = document.getElementById("flash");
+      if (flash) { flash.textContent = "Select exactly two runs to compare (" + ids.length + " selected)."; flash.className = "msg warning"; flash.hidden = false; }
+      return;
+    }
+    window.location.href = btn.dataset.compareUrl + "?a=" + encodeURIComponent(ids[0]) + "&b=" + encodeURIComponent(ids[1]);
+  });
   document.addEventListener("click", function (ev) {
     var tab = ev.target.closest && ev.target.closest("[role=tab]");
     if (tab) selectTab(tab);

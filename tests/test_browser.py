@@ -263,6 +263,27 @@ def test_a_run_waiting_for_approval_shows_the_decision_above_the_stepper(page, l
     assert not page.js_errors, page.js_errors
 
 
+def test_compare_two_runs_selected_in_the_list(page, live_server, personas, drive):
+    demo = make_demo_runs(drive)
+    fork = journal.fork(demo.ok, 2, override="an edited summary", actor="t")
+    drive()
+    login(page, live_server, "operator")
+    page.check(f"input[name=run_ids][value='{demo.ok}']")
+    page.click("#compare-selected")  # one selected: says so, goes nowhere
+    assert "Select exactly two runs" in page.inner_text("#flash") and page.url == f"{live_server.url}/"
+    page.check(f"input[name=run_ids][value='{fork}']")
+    page.click("#compare-selected")
+    page.wait_for_url(re.compile(r"/runs/compare/\?a="))
+    assert "First divergence at step 2." in page.inner_text("#compare-verdict")
+    assert "csrfmiddlewaretoken" not in page.url
+    shot(page, "11-compare")
+    page.goto(f"{live_server.url}/runs/{fork}/")
+    page.click("#compare-parent")
+    page.wait_for_url(re.compile(r"/runs/compare/"))
+    assert "First divergence at step 2." in page.inner_text("#compare-verdict")
+    assert not page.js_errors, page.js_errors
+
+
 def test_a_viewer_sees_no_actions_and_is_refused_when_trying_one(page, live_server, personas, drive):
     demo = make_demo_runs(drive)
     login(page, live_server, "viewer")

@@ -128,6 +128,12 @@ def percent(progress: Any) -> int | None:
 
 
 @register.filter
+def pair(first: Any, second: Any) -> tuple:
+    """``a|pair:b`` -> (a, b): loop over two sides with one cell template."""
+    return (first, second)
+
+
+@register.filter
 def thousands(value: Any) -> str:
     """1234 -> "1,234" (counts in labels); anything else as it is."""
     return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
