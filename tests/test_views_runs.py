@@ -216,3 +216,26 @@ def test_progress_bars_are_full_for_completed_runs_and_labels_carry_numbers(clie
     page = client.get(reverse("run_detail", args=[demo.ok])).content.decode()
     header = page.split('id="header-steps"')[1].split("</dd>")[0]
     assert 'value="100"' in header and "2 / 2 documents" in header
+
+
+def test_search_by_what_happened_with_key_value_terms(client, personas, demo):
+    _login(client, personas)
+    everyone = {demo.ok, demo.failed, demo.waiting, demo.evil, demo.evil_failed, demo.review}
+    assert _listed(client, "step:summarize_doc") == {demo.ok, demo.failed}  # dash_ok and dash_fail ran it
+    assert _listed(client, "failed_step:explode") == {demo.failed}
+    assert _listed(client, "failed_step:summarize_doc") == set()  # ran it, did not fail there
+    assert _listed(client, 'error:"unexpected token"') == {demo.failed}
+    assert _listed(client, "status:failed") == {demo.failed, demo.evil_failed}
+    assert _listed(client, "status:failed step:fetch_doc") == {demo.failed}  # terms combine with AND
+    assert _listed(client, f"id:{demo.review[:8]} agent:dash_review") == {demo.review}
+    assert _listed(client, "agent:dash_ok report") == {demo.ok}  # a term and free text
+    assert _listed(client, "") == everyone
+    assert "failed_step:</code>" in client.get(reverse("run_list")).content.decode()  # the help lists the terms
+
+
+def test_a_bad_search_term_is_a_message_in_the_page_not_a_500(client, personas, demo):
+    _login(client, personas)
+    for q, message in [("colour:red", "unknown search term colour:"), ("status:sideways", "is not a status"),
+                       ("id:xyz", "is not a run id or the start of one"), ('step:""', "step: needs a value")]:
+        resp = client.get(reverse("run_list"), {"q": q})
+        assert resp.status_code == 200 and message in resp.content.decode(), q

@@ -39,7 +39,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "filter": f, "page": page, "statuses": RunStatus.choices, "agents": queries.agent_choices(),
         "query": base.urlencode(), "sort_links": sort_links,
         "next_query": _with(base, after=page.next_cursor), "prev_query": _with(base, before=page.prev_cursor),
-        "live_ids": ",".join(page.live_ids),
+        "live_ids": ",".join(page.live_ids), "search_keys": queries.SEARCH_KEYS,
     }
     return render(request, "runs/list.html", context)
 
