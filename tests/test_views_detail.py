@@ -212,3 +212,31 @@ def test_the_events_list_pages_with_a_cursor_up_to_where_the_tail_starts(client,
         more = re.search(r'hx-get="(/runs/[^"]+/events/\?after=\d+&amp;until=\d+)"', page)
         url = more.group(1).replace("&amp;", "&") if more else ""
     assert seen == list(range(1, newest + 1))  # every event once, in order, and the last page has no button
+
+
+def test_a_forks_stepper_says_which_steps_were_replayed_and_which_ran_anew(client, personas, demo, drive):
+    import journal
+
+    client.force_login(personas["viewer"])
+    edited = journal.fork(demo.ok, 2, override="edited", actor="alice")
+    rerun = journal.fork(demo.ok, 2, actor="alice")
+    drive()
+
+    def origin(run_id, step):
+        body = client.get(reverse("run_detail", args=[run_id]), {"step": step}).content.decode()
+        return body.split('id="step-origin">')[1].split("</span>")[0] if 'id="step-origin"' in body else None
+
+    assert origin(edited, 1) == "replayed from the parent"
+    assert origin(edited, 2) == "edited result (what-if) by alice"
+    assert origin(rerun, 1) == "replayed from the parent"
+    assert origin(rerun, 2) == "ran anew in this fork"
+    assert origin(demo.ok, 1) is None  # not a fork: nothing to say
+
+
+def test_an_action_answers_by_replacing_the_result_box_not_nesting_a_second_one(client, personas, demo):
+    client.force_login(personas["operator"])
+    body = client.get(reverse("run_detail", args=[demo.ok])).content.decode()
+    form = body[body.index("act/replay_check/"):]
+    assert 'hx-target="#action-result" hx-swap="outerHTML"' in form[:400]
+    answer = client.post(reverse("run_act", args=[demo.ok, "replay_check"]), HTTP_HX_REQUEST="true").content.decode()
+    assert answer.strip().startswith('<div id="action-result"') and answer.count('id="action-result"') == 1
