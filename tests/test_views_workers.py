@@ -147,6 +147,15 @@ def test_audit_log_lists_who_what_when_run_and_comment(client, personas, demo):
     assert "is not a run id" in c.get(reverse("audit"), {"run": "zzz"}, follow=True).content.decode()
 
 
+def test_audit_log_names_actions_as_people_read_them(client, personas, demo):
+    c = login(client, personas, "operator")
+    c.post(reverse("approval_decide"), {"run_id": demo.waiting, "decision": "accept", "comment": "ok"})
+    c.post(reverse("run_act", args=[demo.failed, "rerun"]), {"at_step": "3"})
+    body = c.get(reverse("audit")).content.decode()
+    assert ">approval: accepted</td>" in body and ">re-run from a step</td>" in body
+    assert ">approval_accept<" not in body
+
+
 def test_audit_log_pages_without_offset(client, personas, db):
     for i in range(130):
         AuditEntry.objects.create(actor="operator", action="pause", comment=f"c{i}")

@@ -127,6 +127,21 @@ def percent(progress: Any) -> int | None:
     return max(0, min(100, round(100 * done / total))) if total else None
 
 
+ACTION_LABELS = {
+    "approval_accept": "approval: accepted", "approval_edit": "approval: edited and accepted",
+    "approval_reject": "approval: rejected", "approval_respond": "approval: responded",
+    "rerun": "re-run from a step", "fork": "fork", "resolve_effect": "resolve an in-doubt effect",
+    "replay_check": "replay check", "pause_agent": "pause agent", "unpause_agent": "unpause agent",
+}
+
+
+@register.filter
+def action_label(action: Any) -> str:
+    """An audited action's name as people read it ("approval_accept" -> "approval: accepted")."""
+    text = str(action)
+    return ACTION_LABELS.get(text, text.replace("_", " "))
+
+
 @register.filter
 def pair(first: Any, second: Any) -> tuple:
     """``a|pair:b`` -> (a, b): loop over two sides with one cell template."""
