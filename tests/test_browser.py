@@ -120,7 +120,7 @@ def test_at_a_failed_step_the_fork_form_offers_rerun_and_an_edit_only_when_ticke
     assert page.is_disabled("#fork-submit")
     page.fill("#fork-override", '"typed, not ticked"')
     assert page.is_disabled("#fork-submit")
-    shot(page, "06-fork-form-failed-step")
+    shot(page, "20-fork-form-failed-step")
     page.click("#rerun-submit")
     page.wait_for_url(re.compile(r"/runs/(?!" + demo.failed + r")[0-9a-f-]{36}/$"))
     rerun = Run.objects.get(id=page.url.rstrip("/").split("/")[-1])
@@ -191,7 +191,7 @@ def test_the_inbox_keeps_a_half_typed_comment_and_an_open_editor_across_polls(pa
     assert page.input_value(".decide textarea[name=comment]") == "half a thought"
     assert page.locator(".decide details").get_attribute("open") is not None
     assert not polls  # the redraw waited
-    shot(page, "08-inbox-while-typing")
+    shot(page, "21-inbox-while-typing")
 
     page.fill(".decide textarea[name=comment]", "")
     page.click(".decide details summary")  # folded again: nothing is in use, polling goes on
@@ -221,7 +221,7 @@ def test_the_stepper_grows_live_after_a_resume_and_agrees_with_the_header(page, 
     page.wait_for_function(f"document.querySelector('#header-steps').textContent.trim().startsWith('{after}')",
                            timeout=15_000)
     assert page.evaluate("window.__same_page") is True and after > before
-    shot(page, "09-stepper-grown")
+    shot(page, "22-stepper-grown")
     assert not page.js_errors, page.js_errors
 
 
@@ -254,7 +254,7 @@ def test_a_run_waiting_for_approval_shows_the_decision_above_the_stepper(page, l
     decision = page.locator("#decision").bounding_box()
     stepper = page.locator("#journal").bounding_box()
     assert decision["y"] < stepper["y"] and decision["y"] + decision["height"] < 900  # in the first screen
-    shot(page, "10-decision-above-stepper")
+    shot(page, "23-decision-above-stepper")
     page.fill("#decision input[name=comment]", "fine")
     page.click("#decision button[value=accept]")
     page.wait_for_url(f"{live_server.url}/runs/{run_id}/")
@@ -276,7 +276,7 @@ def test_compare_two_runs_selected_in_the_list(page, live_server, personas, driv
     page.wait_for_url(re.compile(r"/runs/compare/\?a="))
     assert "First divergence at step 2." in page.inner_text("#compare-verdict")
     assert "csrfmiddlewaretoken" not in page.url
-    shot(page, "11-compare")
+    shot(page, "24-compare")
     page.goto(f"{live_server.url}/runs/{fork}/")
     page.click("#compare-parent")
     page.wait_for_url(re.compile(r"/runs/compare/"))
