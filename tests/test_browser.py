@@ -284,6 +284,24 @@ def test_compare_two_runs_selected_in_the_list(page, live_server, personas, driv
     assert not page.js_errors, page.js_errors
 
 
+def test_readable_at_390_px_without_sideways_scrolling(browser, live_server, personas, drive):
+    demo = make_demo_runs(drive)
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    try:
+        login(page, live_server, "operator")
+        for url, name in [("/", "25-runs-390"), (f"/runs/{demo.failed}/", "26-detail-390")]:
+            page.goto(f"{live_server.url}{url}")
+            wide = page.evaluate("document.documentElement.scrollWidth")
+            shot(page, name)
+            assert wide <= 390, (url, wide)
+        page.goto(f"{live_server.url}/")
+        status = page.locator(f"#st-{demo.failed}").bounding_box()
+        assert status and status["x"] >= 0 and status["x"] + status["width"] <= 390  # the status stays in view
+    finally:
+        context.close()
+
+
 def test_a_viewer_sees_no_actions_and_is_refused_when_trying_one(page, live_server, personas, drive):
     demo = make_demo_runs(drive)
     login(page, live_server, "viewer")
