@@ -240,3 +240,18 @@ def test_an_action_answers_by_replacing_the_result_box_not_nesting_a_second_one(
     assert 'hx-target="#action-result" hx-swap="outerHTML"' in form[:400]
     answer = client.post(reverse("run_act", args=[demo.ok, "replay_check"]), HTTP_HX_REQUEST="true").content.decode()
     assert answer.strip().startswith('<div id="action-result"') and answer.count('id="action-result"') == 1
+
+
+def test_file_diff_lines_are_classed_for_colour_and_stay_escaped():
+    from django.template import Context, Template
+
+    diff = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old <b>\n+new <script>\n same"
+    html = Template('{% load runs_tags %}<pre class="filediff">{% for cls, line in diff|diff_lines %}'
+                    '<span class="{{ cls }}">{{ line }}</span>\n{% endfor %}</pre>').render(Context({"diff": diff}))
+    assert '<span class="dl-del">-old &lt;b&gt;</span>' in html
+    assert '<span class="dl-add">+new &lt;script&gt;</span>' in html
+    assert '<span class="dl-file">--- a/x.py</span>' in html and '<span class="dl-hunk">@@ -1 +1 @@</span>' in html
+    assert '<span class="dl-ctx"> same</span>' in html
+    from pathlib import Path
+
+    assert "f.diff|diff_lines" in (Path(__file__).parent.parent / "templates/runs/detail.html").read_text()

@@ -143,6 +143,25 @@ def action_label(action: Any) -> str:
 
 
 @register.filter
+def diff_lines(diff: Any) -> list[tuple[str, str]]:
+    """A unified diff as (css class, line) pairs, so additions and removals can be coloured."""
+    out = []
+    for line in str(diff or "").splitlines():
+        if line.startswith(("+++", "---")):
+            cls = "dl-file"
+        elif line.startswith("@@"):
+            cls = "dl-hunk"
+        elif line.startswith("+"):
+            cls = "dl-add"
+        elif line.startswith("-"):
+            cls = "dl-del"
+        else:
+            cls = "dl-ctx"
+        out.append((cls, line))
+    return out
+
+
+@register.filter
 def pair(first: Any, second: Any) -> tuple:
     """``a|pair:b`` -> (a, b): loop over two sides with one cell template."""
     return (first, second)
