@@ -1,9 +1,10 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from runs.views import actions, approvals, audit, compare, detail, retention, runs, workers
+from runs.views import actions, approvals, audit, common, compare, detail, retention, runs, workers
 
 urlpatterns = [
+    path("favicon.ico", common.favicon, name="favicon"),
     path("login/", auth_views.LoginView.as_view(template_name="registration/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", runs.run_list, name="run_list"),

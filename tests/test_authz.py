@@ -43,7 +43,7 @@ TABLE = {
     "retention_delete": ("post", ADMINS, 302),
     "retention_purge": ("post", ADMINS, 302),
 }
-PUBLIC = {"login", "logout"}
+PUBLIC = {"login", "logout", "favicon"}  # favicon: a redirect to a static file
 
 
 def target(name: str, demo) -> tuple[str, dict]:

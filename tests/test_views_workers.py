@@ -165,3 +165,11 @@ def test_audit_log_pages_without_offset(client, personas, db):
     before = first.split("before=")[1].split('"')[0]
     second = c.get(reverse("audit"), {"before": before}).content.decode()
     assert "c29<" in second and "c129" not in second
+
+
+def test_favicon_is_not_a_404(client, db):
+    resp = client.get("/favicon.ico")
+    assert resp.status_code == 301 and resp["Location"].endswith(".svg")
+    from django.contrib.staticfiles import finders
+
+    assert finders.find("favicon.svg")
