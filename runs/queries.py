@@ -40,7 +40,8 @@ class RunFilter:
     version: str = ""
     since: datetime | None = None
     until: datetime | None = None
-    q: str = ""
+    q: str = ""  # the free text left once the key:value terms are taken out
+    search: str = ""  # what was typed in the search box, as typed
     terms: list[tuple[str, str]] = field(default_factory=list)  # key:value terms found in q (AND)
     sort: str = DEFAULT_SORT
     errors: list[str] = field(default_factory=list)
@@ -56,7 +57,8 @@ class RunFilter:
                 f.errors.append(f"unknown status {s!r}")
         f.agent = params.get("agent", "").strip()[:200]
         f.version = params.get("version", "").strip()[:64]
-        f.q, f.terms = parse_search(params.get("q", "").strip()[:200], f.errors)
+        f.search = params.get("q", "").strip()[:200]
+        f.q, f.terms = parse_search(f.search, f.errors)
         f.since = _parse_time(params.get("since", ""), "since", f.errors)
         f.until = _parse_time(params.get("until", ""), "until", f.errors, end_of_day=True)
         sort = params.get("sort", DEFAULT_SORT)

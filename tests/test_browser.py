@@ -302,6 +302,22 @@ def test_readable_at_390_px_without_sideways_scrolling(browser, live_server, per
         context.close()
 
 
+def test_bulk_on_a_whole_search_shows_the_count_before_acting(page, live_server, personas, drive):
+    demo = make_demo_runs(drive)
+    login(page, live_server, "operator")
+    page.goto(f"{live_server.url}/?q=status:failed")
+    page.select_option("#filter-action", "retry")
+    page.click("#filter-count-btn")
+    page.wait_for_selector("#filter-count")
+    assert "2 runs match this search (2 failed)" in page.inner_text("#filter-count")
+    assert Run.objects.get(id=demo.failed).status == RunStatus.FAILED  # counting did nothing
+    shot(page, "27-bulk-on-search-count")
+    page.click("#filter-confirm")
+    page.wait_for_selector(".msg >> text=retry: 2 run(s) retry scheduled")
+    assert Run.objects.get(id=demo.failed).status == RunStatus.PENDING
+    assert not page.js_errors, page.js_errors
+
+
 def test_a_viewer_sees_no_actions_and_is_refused_when_trying_one(page, live_server, personas, drive):
     demo = make_demo_runs(drive)
     login(page, live_server, "viewer")

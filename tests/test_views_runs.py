@@ -239,3 +239,35 @@ def test_a_bad_search_term_is_a_message_in_the_page_not_a_500(client, personas, 
                        ("id:xyz", "is not a run id or the start of one"), ('step:""', "step: needs a value")]:
         resp = client.get(reverse("run_list"), {"q": q})
         assert resp.status_code == 200 and message in resp.content.decode(), q
+
+
+def test_act_on_every_run_matching_a_search_counts_first_then_acts(client, personas, demo):
+    _login(client, personas, "operator")
+    search = {"scope": "filter", "q": "agent:dash_fail", "action": "retry", "next": "/?q=agent:dash_fail"}
+    dry = client.post(reverse("run_bulk"), {**search, "dry_run": "1"})
+    assert dry.json() == {"action": "retry", "count": 1, "by_status": {"failed": 1}, "dry_run": True}
+    everything = client.post(reverse("run_bulk"), {"scope": "filter", "action": "retry", "dry_run": "1",
+                                                   "status": ["failed", "completed"]}).json()
+    assert everything["count"] == 4 and everything["by_status"] == {"failed": 2, "completed": 2}
+    assert Run.objects.get(id=demo.failed).status == RunStatus.FAILED and not AuditEntry.objects.exists()
+    page = client.post(reverse("run_bulk"), {**search, "dry_run": "1"}, HTTP_HX_REQUEST="true").content.decode()
+    assert '<strong>1</strong> run match this search (1 failed)' in page and "Retry all 1" in page
+    bad = client.post(reverse("run_bulk"), {**search, "q": "colour:red", "dry_run": "1"})
+    assert bad.status_code == 400 and "unknown search term" in bad.json()["error"]
+
+    resp = client.post(reverse("run_bulk"), {"scope": "filter", "action": "retry", "status": ["failed", "completed"],
+                                             "next": "/"}, follow=True)
+    msgs = _messages(resp)
+    assert ("success", "retry: 2 run(s) retry scheduled") in msgs and ("warning", "retry: 2 skipped: completed") in msgs
+    assert Run.objects.get(id=demo.failed).status == RunStatus.PENDING
+    assert AuditEntry.objects.filter(action="retry", ok=True).count() == 2
+
+
+def test_the_list_offers_the_count_first_only_when_a_search_is_active(client, personas, demo):
+    _login(client, personas, "operator")
+    assert 'id="filter-count-btn"' not in client.get(reverse("run_list")).content.decode()
+    body = client.get(reverse("run_list"), {"q": "status:failed"}).content.decode()
+    assert 'id="filter-count-btn"' in body and '<input type="hidden" name="q" value="status:failed">' in body
+    assert 'name="q" value="status:failed" placeholder=' in body  # the search box keeps what was typed
+    bulk_form = body[body.index('id="bulk"'):]
+    assert 'name="scope"' not in bulk_form  # ticking runs and pressing Cancel… never acts on the whole search

@@ -162,6 +162,11 @@ def diff_lines(diff: Any) -> list[tuple[str, str]]:
 
 
 @register.filter
+def split_words(text: Any) -> list[str]:
+    return str(text).split()
+
+
+@register.filter
 def pair(first: Any, second: Any) -> tuple:
     """``a|pair:b`` -> (a, b): loop over two sides with one cell template."""
     return (first, second)

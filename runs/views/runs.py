@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
@@ -16,6 +17,8 @@ from runs.views.common import as_uuid, perform
 
 MAX_LIVE_IDS = 200
 BULK_ACTIONS = {"cancel", "retry", "compensate"}
+FILTER_CAP = 1000  # runs acted on per bulk request (selected or matching a search)
+FILTER_FIELDS = ("q", "status", "agent", "version", "since", "until")
 
 
 @require_GET
@@ -40,6 +43,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "query": base.urlencode(), "sort_links": sort_links,
         "next_query": _with(base, after=page.next_cursor), "prev_query": _with(base, before=page.prev_cursor),
         "live_ids": ",".join(page.live_ids), "search_keys": queries.SEARCH_KEYS,
+        "filter_fields": [(k, v) for k in FILTER_FIELDS for v in request.GET.getlist(k) if v],
     }
     return render(request, "runs/list.html", context)
 
@@ -79,7 +83,7 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
     import journal
 
     action = request.POST.get("action", "")
-    ids = request.POST.getlist("run_ids")[:500]
+    ids = request.POST.getlist("run_ids")[:FILTER_CAP]
     reason = request.POST.get("reason", "").strip()[:500]
     back = request.POST.get("next", "")
     if not back.startswith("/") or back.startswith("//"):
@@ -87,8 +91,22 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
     if action not in BULK_ACTIONS:
         messages.error(request, f"unknown bulk action {action!r}")
         return redirect(back)
+    if request.POST.get("scope") == "filter":  # every run matching the search, not the ticked ones
+        f = queries.RunFilter.from_query(request.POST)
+        if f.errors:
+            return _filter_answer(request, action, back, error="; ".join(f.errors))
+        matching = f.apply(Run.objects.all())
+        if request.POST.get("dry_run") == "1":
+            return _filter_answer(request, action, back, by_status=dict(
+                matching.order_by().values_list("status").annotate(n=Count("id"))))
+        ids = [str(i) for i in matching.order_by("created_at", "id").values_list("id", flat=True)[:FILTER_CAP + 1]]
+        if len(ids) > FILTER_CAP:
+            ids = ids[:FILTER_CAP]
+            messages.warning(request, f"{action}: acting on the oldest {FILTER_CAP:,} matching runs; run it again "
+                                      "for the rest")
     if not ids:
-        messages.warning(request, "select at least one run first")
+        messages.warning(request, "select at least one run first" if request.POST.get("scope") != "filter"
+                         else "no run matches this search")
         return redirect(back)
     actor = request.user.get_username()
     calls = {
@@ -124,6 +142,20 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
             done += 1
     messages_for_bulk(request, action, done, requested, skipped, failed)
     return redirect(back)
+
+
+def _filter_answer(request, action: str, back: str, *, by_status: dict | None = None, error: str = ""):
+    """The count first: how many runs the search matches, by status, and nothing done yet."""
+    by_status = by_status or {}
+    total = sum(by_status.values())
+    if not request.htmx:
+        if error:
+            return JsonResponse({"error": error}, status=400)
+        return JsonResponse({"action": action, "count": total, "by_status": by_status, "dry_run": True})
+    return render(request, "runs/list.html#filter_bulk", {
+        "action": action, "count": total, "by_status": sorted(by_status.items()), "error": error,
+        "filter_fields": [(k, v) for k in FILTER_FIELDS for v in request.POST.getlist(k)],
+        "reason": request.POST.get("reason", ""), "back": back})
 
 
 PAST = {"cancel": "cancelled", "retry": "retry scheduled", "compensate": "compensation started"}
