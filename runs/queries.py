@@ -40,7 +40,9 @@ class RunFilter:
     version: str = ""
     since: datetime | None = None
     until: datetime | None = None
-    q: str = ""
+    q: str = ""  # the free text left once the key:value terms are taken out
+    search: str = ""  # what was typed in the search box, as typed
+    terms: list[tuple[str, str]] = field(default_factory=list)  # key:value terms found in q (AND)
     sort: str = DEFAULT_SORT
     errors: list[str] = field(default_factory=list)
 
@@ -55,7 +57,8 @@ class RunFilter:
                 f.errors.append(f"unknown status {s!r}")
         f.agent = params.get("agent", "").strip()[:200]
         f.version = params.get("version", "").strip()[:64]
-        f.q = params.get("q", "").strip()[:200]
+        f.search = params.get("q", "").strip()[:200]
+        f.q, f.terms = parse_search(f.search, f.errors)
         f.since = _parse_time(params.get("since", ""), "since", f.errors)
         f.until = _parse_time(params.get("until", ""), "until", f.errors, end_of_day=True)
         sort = params.get("sort", DEFAULT_SORT)
@@ -76,11 +79,17 @@ class RunFilter:
             qs = qs.filter(created_at__gte=self.since)
         if self.until:
             qs = qs.filter(created_at__lte=self.until)
+        for key, value in self.terms:
+            qs = qs.filter(_term(key, value))
         if self.q:
             text = Q(_in__icontains=self.q) | Q(_out__icontains=self.q) | Q(error__icontains=self.q)
             run_id = _as_uuid(self.q)
             if run_id is not None:
                 text |= Q(id=run_id)
+            else:
+                prefix = id_prefix_range(self.q)
+                if prefix is not None:  # the 8-character ids the pages show: an indexed range on the key
+                    text |= Q(id__gte=prefix[0], id__lte=prefix[1])
             qs = qs.annotate(_in=Cast("input", TextField()), _out=Cast("output", TextField())).filter(text)
         return qs
 
@@ -98,6 +107,86 @@ def _as_uuid(text: str) -> uuid.UUID | None:
         return uuid.UUID(text)
     except (ValueError, TypeError):
         return None
+
+
+_HEX_PREFIX = re.compile(r"[0-9a-f]{4,31}")
+SEARCH_KEYS = {
+    "status": "the run's status (status:failed)",
+    "agent": "the agent's name (agent:triage)",
+    "version": "the agent version (version:2)",
+    "id": "a run id or its first characters (id:3fa2b1c0)",
+    "error": "text in the run's error (error:\"unexpected token\")",
+    "step": "ran a step of that name (step:summarize_doc)",
+    "failed_step": "failed at a step of that name (failed_step:explode)",
+}
+_TERM = re.compile(r'(?:^|(?<=\s))([a-z_]+):(?:"([^"]*)"|(\S+))')
+
+
+def parse_search(text: str, errors: list[str]) -> tuple[str, list[tuple[str, str]]]:
+    """Split the search box into key:value terms (ANDed) and the free text that remains.
+
+    An unknown key or a value that cannot be one is a message for the page (``errors``), never a 500."""
+    terms: list[tuple[str, str]] = []
+
+    def take(m: re.Match) -> str:
+        key, value = m.group(1), (m.group(2) if m.group(2) is not None else m.group(3)).strip()
+        if key not in SEARCH_KEYS:
+            errors.append(f"unknown search term {key}: (known: {', '.join(SEARCH_KEYS)})")
+        elif not value:
+            errors.append(f"{key}: needs a value, e.g. {SEARCH_KEYS[key]}")
+        elif key == "status" and value not in RunStatus.values:
+            errors.append(f"status:{value} is not a status (one of {', '.join(RunStatus.values)})")
+        elif key == "id" and _as_uuid(value) is None and id_prefix_range(value) is None:
+            errors.append(f"id:{value} is not a run id or the start of one (4 or more hex digits)")
+        elif _UNBINDABLE.search(value):
+            errors.append(f"{key}: the value holds a character no database can search for")
+        else:
+            terms.append((key, value[:200]))
+        return ""
+
+    rest = _TERM.sub(take, text)
+    return " ".join(rest.split()), terms
+
+
+def _step_named(value: str) -> Q:
+    """Step names are dotted paths (tests.agents.demo.explode): the last part is what people type."""
+    return Q(step_name=value) | Q(step_name__endswith="." + value)
+
+
+def _term(key: str, value: str) -> Q:
+    from django.db.models import Exists, OuterRef
+
+    from journal.models import EventKind, SessionEvent
+
+    if key == "status":
+        return Q(status=value)
+    if key == "agent":
+        return Q(agent=value)
+    if key == "version":
+        return Q(version=value)
+    if key == "id":
+        rid = _as_uuid(value)
+        if rid is not None:
+            return Q(id=rid)
+        low, high = id_prefix_range(value)
+        return Q(id__gte=low, id__lte=high)
+    if key == "error":
+        return Q(error__icontains=value)
+    # step / failed_step: an EXISTS probe per candidate run on the journal's (run, position) index
+    steps = SessionEvent.objects.filter(_step_named(value), run_id=OuterRef("id"), position__isnull=False,
+                                        kind=EventKind.STEP_COMPLETED)
+    if key == "failed_step":
+        steps = steps.filter(payload__has_key="error")
+    return Exists(steps)
+
+
+def id_prefix_range(text: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+    """The run ids starting with ``text`` (4 to 31 hex digits, dashes ignored) as an inclusive range of
+    UUIDs: the same order on PostgreSQL's uuid and SQLite's hex text, so the primary key index serves it."""
+    digits = text.strip().lower().replace("-", "")
+    if not _HEX_PREFIX.fullmatch(digits):
+        return None
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
 
 
 def _parse_time(text: str, name: str, errors: list[str], end_of_day: bool = False) -> datetime | None:

@@ -1,17 +1,20 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from runs.views import actions, approvals, audit, detail, retention, runs, workers
+from runs.views import actions, approvals, audit, common, compare, detail, retention, runs, workers
 
 urlpatterns = [
+    path("favicon.ico", common.favicon, name="favicon"),
     path("login/", auth_views.LoginView.as_view(template_name="registration/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", runs.run_list, name="run_list"),
     path("runs/live/", runs.run_list_live, name="run_list_live"),
     path("runs/bulk/", runs.bulk_action, name="run_bulk"),
+    path("runs/compare/", compare.compare, name="run_compare"),
     path("runs/<uuid:run_id>/", detail.run_detail, name="run_detail"),
     path("runs/<uuid:run_id>/header/", detail.run_header, name="run_header"),
     path("runs/<uuid:run_id>/tail/", detail.run_tail, name="run_tail"),
+    path("runs/<uuid:run_id>/events/", detail.run_events, name="run_events"),
     path("runs/<uuid:run_id>/events/<int:seq>/payload/", detail.event_payload, name="event_payload"),
     path("runs/<uuid:run_id>/act/<slug:action>/", actions.run_action, name="run_act"),
     path("approvals/", approvals.inbox, name="approvals"),

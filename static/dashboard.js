@@ -3,6 +3,22 @@
 (function () {
   "use strict";
 
+  // True while a form under `selector` is in use: focus inside it, a field changed from what the page
+  // drew, or a <details> unfolded. Polled fragments check it so a redraw never erases what someone types.
+  window.formsBusy = function (selector) {
+    var root = document.querySelector(selector);
+    if (!root) return false;
+    var active = document.activeElement;
+    if (active && active !== document.body && root.contains(active) && active.closest("form")) return true;
+    if (root.querySelector("form details[open]")) return true;
+    return Array.prototype.some.call(root.querySelectorAll("form textarea, form input:not([type=hidden]), form select"),
+      function (el) {
+        if (el.type === "checkbox" || el.type === "radio") return el.checked !== el.defaultChecked;
+        if (el.tagName === "SELECT") return Array.prototype.some.call(el.options, function (o) { return o.selected !== o.defaultSelected; });
+        return el.value !== el.defaultValue;
+      });
+  };
+
   function stepTo(n) {
     var nav = document.querySelector("[data-stepper]");
     if (!nav || !window.htmx) return;
@@ -17,6 +33,17 @@
     var t = ev.target;
     if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName) && t.type !== "range")) return;
     if (ev.altKey || ev.ctrlKey || ev.metaKey) return;
+    if (t && t.getAttribute && t.getAttribute("role") === "tab") {  // a focused tab: ← → move between tabs only
+      if (ev.key !== "ArrowRight" && ev.key !== "ArrowLeft" && ev.key !== "Home" && ev.key !== "End") return;
+      var tabs = Array.prototype.slice.call(t.parentElement.querySelectorAll("[role=tab]"));
+      var i = tabs.indexOf(t);
+      var next = ev.key === "Home" ? 0 : ev.key === "End" ? tabs.length - 1
+        : (i + (ev.key === "ArrowRight" ? 1 : -1) + tabs.length) % tabs.length;
+      ev.preventDefault();
+      selectTab(tabs[next]);
+      tabs[next].focus();
+      return;
+    }
     var link = null;
     if (ev.key === "ArrowRight") link = document.getElementById("step-next");
     if (ev.key === "ArrowLeft") link = document.getElementById("step-prev");
@@ -25,6 +52,10 @@
 
   document.addEventListener("change", function (ev) {
     if (ev.target.matches("[data-step-slider]")) stepTo(parseInt(ev.target.value, 10));
+    if (ev.target.matches("[data-enables]")) {
+      var target = document.getElementById(ev.target.dataset.enables);
+      if (target) target.disabled = !ev.target.checked;
+    }
     if (ev.target.matches("[data-select-all]")) {
       document.querySelectorAll("input[name=run_ids]").forEach(function (c) { c.checked = ev.target.checked; });
     }
@@ -67,9 +98,23 @@
   });
 
   // Tabs (ARIA tablist): click or ← → within the tab list.
+  // "Compare the two selected" (runs list): a plain link to the compare page, never the bulk form's POST.
+  document.addEventListener("click", function (ev) {
+    var btn = ev.target.closest && ev.target.closest("[data-compare-url]");
+    if (!btn) return;
+    var ids = Array.prototype.map.call(document.querySelectorAll("input[name=run_ids]:checked"), function (c) { return c.value; });
+    if (ids.length !== 2) {
+      var flash = document.getElementById("flash");
+      if (flash) { flash.textContent = "Select exactly two runs to compare (" + ids.length + " selected)."; flash.className = "msg warning"; flash.hidden = false; }
+      return;
+    }
+    window.location.href = btn.dataset.compareUrl + "?a=" + encodeURIComponent(ids[0]) + "&b=" + encodeURIComponent(ids[1]);
+  });
   document.addEventListener("click", function (ev) {
     var tab = ev.target.closest && ev.target.closest("[role=tab]");
-    if (!tab) return;
+    if (tab) selectTab(tab);
+  });
+  function selectTab(tab) {
     var list = tab.parentElement;
     list.querySelectorAll("[role=tab]").forEach(function (t) {
       var on = t === tab;
@@ -78,7 +123,7 @@
       var panel = document.getElementById(t.getAttribute("aria-controls"));
       if (panel) panel.hidden = !on;
     });
-  });
+  }
 
   function drawCharts(root) {
     if (!window.Plotly) return;

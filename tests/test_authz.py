@@ -24,6 +24,8 @@ TABLE = {
     "run_detail": ("get", VIEWERS, 200),
     "run_header": ("get", VIEWERS, 200),
     "run_tail": ("get", VIEWERS, 200),
+    "run_events": ("get", VIEWERS, 200),
+    "run_compare": ("get", VIEWERS, 200),
     "event_payload": ("get", VIEWERS, 200),
     "approvals": ("get", VIEWERS, 200),
     "approvals_badge": ("get", VIEWERS, 200),
@@ -41,7 +43,7 @@ TABLE = {
     "retention_delete": ("post", ADMINS, 302),
     "retention_purge": ("post", ADMINS, 302),
 }
-PUBLIC = {"login", "logout"}
+PUBLIC = {"login", "logout", "favicon"}  # favicon: a redirect to a static file
 
 
 def target(name: str, demo) -> tuple[str, dict]:
@@ -53,6 +55,8 @@ def target(name: str, demo) -> tuple[str, dict]:
         "run_detail": (reverse("run_detail", args=[demo.ok]), {}),
         "run_header": (reverse("run_header", args=[demo.waiting]), {}),
         "run_tail": (reverse("run_tail", args=[demo.waiting]), {}),
+        "run_events": (reverse("run_events", args=[demo.ok]), {"after": "0", "until": "3"}),
+        "run_compare": (reverse("run_compare"), {"a": demo.ok, "b": demo.failed}),
         "event_payload": (reverse("event_payload", args=[demo.ok, 1]), {}),
         "approvals": (reverse("approvals"), {}),
         "approvals_badge": (reverse("approvals_badge"), {}),

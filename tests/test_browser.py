@@ -99,13 +99,44 @@ def test_operator_filters_opens_a_failed_run_steps_with_the_keyboard_and_forks(p
     shot(page, "04-stepper-step-2")
 
     page.click("details.fork summary")
-    page.click("#fork-submit")
+    assert page.is_disabled("#fork-submit")  # forking with an edited result needs the box ticked
+    page.click("#rerun-submit")
     page.wait_for_url(re.compile(r"/runs/(?!" + demo.failed + r")[0-9a-f-]{36}/$"))
     new_id = page.url.rstrip("/").split("/")[-1]
     fork = Run.objects.get(id=new_id)
     assert str(fork.forked_from_id) == demo.failed and fork.fork_step == 2
     assert "Forked from" in page.inner_text(".lineage")
     shot(page, "05-forked-run")
+    assert not page.js_errors, page.js_errors
+
+
+def test_at_a_failed_step_the_fork_form_offers_rerun_and_an_edit_only_when_ticked(page, live_server, personas,
+                                                                                  drive):
+    demo = make_demo_runs(drive)
+    login(page, live_server, "operator")
+    page.goto(f"{live_server.url}/runs/{demo.failed}/?step=3")
+    assert page.locator("details.fork").get_attribute("open") is not None  # open by default at a failed step
+    assert page.input_value("#fork-override") == ""  # the error is not offered as the step's result
+    assert page.is_disabled("#fork-submit")
+    page.fill("#fork-override", '"typed, not ticked"')
+    assert page.is_disabled("#fork-submit")
+    shot(page, "20-fork-form-failed-step")
+    page.click("#rerun-submit")
+    page.wait_for_url(re.compile(r"/runs/(?!" + demo.failed + r")[0-9a-f-]{36}/$"))
+    rerun = Run.objects.get(id=page.url.rstrip("/").split("/")[-1])
+    assert rerun.fork_step == 3
+    assert not any(e.payload.get("overridden") for e in rerun.events.all())
+
+    page.goto(f"{live_server.url}/runs/{demo.failed}/?step=3")
+    page.check("#fork-edit")
+    assert not page.is_disabled("#fork-submit")
+    page.fill("#fork-override", '"a clean result"')
+    page.click("#fork-submit")
+    page.wait_for_url(re.compile(r"/runs/(?!" + demo.failed + "|" + str(rerun.id) + r")[0-9a-f-]{36}/$"))
+    edited = Run.objects.get(id=page.url.rstrip("/").split("/")[-1])
+    drive()
+    edited.refresh_from_db()
+    assert edited.status == RunStatus.COMPLETED and edited.output == "a clean result"
     assert not page.js_errors, page.js_errors
 
 
@@ -143,6 +174,147 @@ def test_approve_from_the_inbox_and_watch_the_run_complete_without_reloading(pag
     assert page.evaluate("window.__same_page") is True  # updated in place: no reload happened
     assert Run.objects.get(id=run_id).output["published"] is True
     shot(page, "07-approved-run-completed")
+    assert not page.js_errors, page.js_errors
+
+
+def test_the_inbox_keeps_a_half_typed_comment_and_an_open_editor_across_polls(page, live_server, personas, drive):
+    first = journal.start("dash_review", "launch-plan.md")
+    drive()
+    login(page, live_server, "operator")
+    page.goto(f"{live_server.url}/approvals/")
+    polls: list[str] = []
+    page.on("request", lambda r: polls.append(r.url) if "fragment=list" in r.url else None)
+    page.fill(".decide textarea[name=comment]", "half a thought")
+    page.click(".decide details summary")  # "Edit before accepting" unfolds
+    page.locator("h1").click()  # focus leaves the form: the typed text alone must keep it safe
+    page.wait_for_timeout(6_500)  # longer than the 5 s poll
+    assert page.input_value(".decide textarea[name=comment]") == "half a thought"
+    assert page.locator(".decide details").get_attribute("open") is not None
+    assert not polls  # the redraw waited
+    shot(page, "21-inbox-while-typing")
+
+    page.fill(".decide textarea[name=comment]", "")
+    page.click(".decide details summary")  # folded again: nothing is in use, polling goes on
+    page.locator("h1").click()
+    second = journal.start("dash_review", "press-kit.md")
+    drive()
+    page.wait_for_selector("#inbox >> text=Publish press-kit.md?", timeout=12_000)
+    assert polls and Run.objects.get(id=first).status == RunStatus.SUSPENDED and second
+    assert not page.js_errors, page.js_errors
+
+
+def test_the_stepper_grows_live_after_a_resume_and_agrees_with_the_header(page, live_server, personas, drive):
+    from journal.operations.timetravel import step_total
+
+    run_id = journal.start("dash_grow", "doc")
+    drive()
+    login(page, live_server, "viewer")
+    page.goto(f"{live_server.url}/runs/{run_id}/")
+    before = step_total(run_id)
+    assert page.inner_text("#step-total") == str(before) == page.inner_text("#header-steps").split()[0]
+    page.evaluate("window.__same_page = true")
+    journal.signal(run_id, "more", {})
+    drive()
+    after = step_total(run_id)
+    page.wait_for_function(f"document.querySelector('#step-total').textContent.trim() === '{after}'",
+                           timeout=15_000)
+    page.wait_for_function(f"document.querySelector('#header-steps').textContent.trim().startsWith('{after}')",
+                           timeout=15_000)
+    assert page.evaluate("window.__same_page") is True and after > before
+    shot(page, "22-stepper-grown")
+    assert not page.js_errors, page.js_errors
+
+
+def test_arrow_keys_on_a_focused_tab_move_between_tabs_not_the_stepper(page, live_server, personas, drive):
+    demo = make_demo_runs(drive)
+    login(page, live_server, "viewer")
+    page.goto(f"{live_server.url}/runs/{demo.failed}/")
+    assert page.inner_text("#step-title").startswith("Step 3:")
+    page.focus("#t-events")
+    page.keyboard.press("ArrowRight")
+    assert page.get_attribute("#t-checkpoints", "aria-selected") == "true"
+    assert page.evaluate("document.activeElement.id") == "t-checkpoints"
+    assert not page.is_hidden("#tab-checkpoints") and page.is_hidden("#tab-events")
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("ArrowLeft")  # wraps round to the last tab
+    assert page.get_attribute("#t-trace", "aria-selected") == "true"
+    page.wait_for_timeout(300)
+    assert page.inner_text("#step-title").startswith("Step 3:") and "step=" not in page.url  # the stepper stayed
+    page.locator("h1").click()
+    page.keyboard.press("ArrowLeft")  # elsewhere the keys still step
+    page.wait_for_function("document.querySelector('#step-title').textContent.startsWith('Step 2:')")
+    assert not page.js_errors, page.js_errors
+
+
+def test_a_run_waiting_for_approval_shows_the_decision_above_the_stepper(page, live_server, personas, drive):
+    run_id = journal.start("dash_review", "launch-plan.md")
+    drive()
+    login(page, live_server, "operator")
+    page.goto(f"{live_server.url}/runs/{run_id}/")
+    decision = page.locator("#decision").bounding_box()
+    stepper = page.locator("#journal").bounding_box()
+    assert decision["y"] < stepper["y"] and decision["y"] + decision["height"] < 900  # in the first screen
+    shot(page, "23-decision-above-stepper")
+    page.fill("#decision input[name=comment]", "fine")
+    page.click("#decision button[value=accept]")
+    page.wait_for_url(f"{live_server.url}/runs/{run_id}/")
+    assert page.locator("#decision").count() == 0
+    assert Run.objects.get(id=run_id).status == RunStatus.PENDING
+    assert not page.js_errors, page.js_errors
+
+
+def test_compare_two_runs_selected_in_the_list(page, live_server, personas, drive):
+    demo = make_demo_runs(drive)
+    fork = journal.fork(demo.ok, 2, override="an edited summary", actor="t")
+    drive()
+    login(page, live_server, "operator")
+    page.check(f"input[name=run_ids][value='{demo.ok}']")
+    page.click("#compare-selected")  # one selected: says so, goes nowhere
+    assert "Select exactly two runs" in page.inner_text("#flash") and page.url == f"{live_server.url}/"
+    page.check(f"input[name=run_ids][value='{fork}']")
+    page.click("#compare-selected")
+    page.wait_for_url(re.compile(r"/runs/compare/\?a="))
+    assert "First divergence at step 2." in page.inner_text("#compare-verdict")
+    assert "csrfmiddlewaretoken" not in page.url
+    shot(page, "24-compare")
+    page.goto(f"{live_server.url}/runs/{fork}/")
+    page.click("#compare-parent")
+    page.wait_for_url(re.compile(r"/runs/compare/"))
+    assert "First divergence at step 2." in page.inner_text("#compare-verdict")
+    assert not page.js_errors, page.js_errors
+
+
+def test_readable_at_390_px_without_sideways_scrolling(browser, live_server, personas, drive):
+    demo = make_demo_runs(drive)
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    try:
+        login(page, live_server, "operator")
+        for url, name in [("/", "25-runs-390"), (f"/runs/{demo.failed}/", "26-detail-390")]:
+            page.goto(f"{live_server.url}{url}")
+            wide = page.evaluate("document.documentElement.scrollWidth")
+            shot(page, name)
+            assert wide <= 390, (url, wide)
+        page.goto(f"{live_server.url}/")
+        status = page.locator(f"#st-{demo.failed}").bounding_box()
+        assert status and status["x"] >= 0 and status["x"] + status["width"] <= 390  # the status stays in view
+    finally:
+        context.close()
+
+
+def test_bulk_on_a_whole_search_shows_the_count_before_acting(page, live_server, personas, drive):
+    demo = make_demo_runs(drive)
+    login(page, live_server, "operator")
+    page.goto(f"{live_server.url}/?q=status:failed")
+    page.select_option("#filter-action", "retry")
+    page.click("#filter-count-btn")
+    page.wait_for_selector("#filter-count")
+    assert "2 runs match this search (2 failed)" in page.inner_text("#filter-count")
+    assert Run.objects.get(id=demo.failed).status == RunStatus.FAILED  # counting did nothing
+    shot(page, "27-bulk-on-search-count")
+    page.click("#filter-confirm")
+    page.wait_for_selector(".msg >> text=retry: 2 run(s) retry scheduled")
+    assert Run.objects.get(id=demo.failed).status == RunStatus.PENDING
     assert not page.js_errors, page.js_errors
 
 

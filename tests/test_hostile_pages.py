@@ -82,6 +82,7 @@ def _pages(run: Run) -> dict[str, str]:
         "detail journal fragment": reverse("run_detail", args=[rid]) + "?step=2&fragment=journal",
         "header": reverse("run_header", args=[rid]),
         "tail": reverse("run_tail", args=[rid]) + "?after=0",
+        "events page": reverse("run_events", args=[rid]) + "?after=0&until=99",
         **{f"step {n}": reverse("run_detail", args=[rid]) + f"?step={n}" for n in (1, 2, 3, 99, -1)},
         **{f"payload {seq}": reverse("event_payload", args=[rid, seq]) for seq in (1, 2, 5, 6, 7)},
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.db import transaction
 from django.urls import reverse
 
 from journal.models import Run, RunStatus, SessionEvent
@@ -95,6 +96,53 @@ def test_fork_with_an_edited_result(operator, demo, drive):
     assert Run.objects.get(id=new_id).output == {"summary": "an edited summary"}
 
 
+def _override_events(run_id):
+    return [e for e in SessionEvent.objects.filter(run_id=run_id, kind="step_completed") if e.payload.get("overridden")]
+
+
+def test_fork_with_the_box_unchecked_never_overrides_even_with_text_in_the_textarea(operator, demo):
+    # the page pre-fills the textarea with the recorded result (or a failed step's error): that text alone
+    # must not become the step's result
+    resp = act(operator, demo.failed, "fork", at_step="3", override='{"error": "unexpected token"}')
+    new_id = resp["HX-Redirect"].strip("/").split("/")[-1]
+    new = Run.objects.get(id=new_id)
+    assert new.fork_step == 3 and not _override_events(new_id)
+    assert not SessionEvent.objects.filter(run_id=new_id, position=3).exists()  # step 3 runs anew
+    entry = AuditEntry.objects.get(action="fork")
+    assert entry.ok and "re-running from step 3" in entry.result
+
+
+def test_rerun_from_a_failed_step_executes_it_again(operator, demo, drive):
+    resp = act(operator, demo.failed, "rerun", at_step="3", reason="after the fix", override='"ignored"', edit="on")
+    assert resp.status_code == 200, resp.content
+    new_id = resp["HX-Redirect"].strip("/").split("/")[-1]
+    assert Run.objects.get(id=new_id).fork_step == 3 and not _override_events(new_id)
+    drive()
+    new = Run.objects.get(id=new_id)
+    assert new.status == RunStatus.FAILED and "unexpected token" in new.error  # it ran step 3 again, no KeyError
+    entry = AuditEntry.objects.get(action="rerun")
+    assert entry.ok and entry.comment == "after the fix"
+
+
+def test_fork_with_the_box_checked_and_nothing_written_is_refused(operator, demo):
+    body = act(operator, demo.ok, "fork", at_step="2", edit="on", override="  ").content.decode()
+    assert "edited result is empty" in body and Run.objects.count() == 6
+    body = act(operator, demo.ok, "fork", at_step="2", edit="on", override="null").content.decode()
+    assert "null cannot be an edited result" in body and Run.objects.count() == 6
+
+
+def test_the_fork_form_defaults_to_rerun_at_a_failed_step(operator, demo):
+    body = operator.get(reverse("run_detail", args=[demo.failed]) + "?step=3").content.decode()
+    assert 'id="rerun-submit"' in body and "Re-run from step 3" in body
+    assert '<details class="fork" open>' in body
+    textarea = body[body.index('id="fork-override"'):]
+    textarea = textarea[:textarea.index("</textarea>")]
+    assert "unexpected token" not in textarea  # the error is not offered as a result
+    assert 'id="fork-submit" disabled' in body
+    ok = operator.get(reverse("run_detail", args=[demo.ok]) + "?step=2").content.decode()
+    assert '<details class="fork">' in ok  # closed at a step that succeeded
+
+
 def test_fork_with_bad_json_changes_nothing(operator, demo):
     body = act(operator, demo.ok, "fork", at_step="2", edit="on", override="{nope").content.decode()
     assert "not valid JSON" in body
@@ -158,3 +206,45 @@ def test_compensate_a_cancelled_run_undoes_its_effects(operator, drive):
     effect = SideEffect.objects.get(run_id=run_id)
     assert effect.status == "compensated" and effect.compensation_result == {"refunded": 120}
     assert "compensated" in operator.get(reverse("run_detail", args=[run_id])).content.decode()
+
+
+def _lifecycle_buttons(body: str) -> set[str]:
+    import re
+
+    return set(re.findall(r"hx-post=\"/runs/[0-9a-f-]+/act/(resume|retry|compensate|cancel|pause|unpause)/\"", body))
+
+
+def test_actions_follow_the_runs_state(operator, demo):
+    done = operator.get(reverse("run_detail", args=[demo.ok])).content.decode()
+    assert _lifecycle_buttons(done) == set()
+    assert "Send a signal" not in done
+    for name in ("resume", "retry", "compensate", "cancel", "signal"):
+        assert f"<li>{name}: not offered, it is completed</li>" in done
+    failed = operator.get(reverse("run_detail", args=[demo.failed])).content.decode()
+    assert _lifecycle_buttons(failed) == {"retry"}  # dash_fail made no effect with a compensation
+    assert "compensate: not offered, it has no completed effect with a compensation to undo" in failed
+    waiting = operator.get(reverse("run_detail", args=[demo.waiting])).content.decode()
+    assert _lifecycle_buttons(waiting) == {"cancel", "pause"} and "Send a signal" in waiting
+
+
+def test_allowed_actions_agree_with_what_the_engine_accepts(operator, demo):
+    import journal
+    from journal.operations.runs import allowed_actions
+
+    for run_id in (demo.ok, demo.failed, demo.waiting):
+        run = Run.objects.get(id=run_id)
+        allowed = allowed_actions(run)
+        for name in ("resume", "retry", "compensate"):
+            try:
+                with transaction.atomic():
+                    getattr(journal, name)(run_id, actor="t")
+                    raise Rollback
+            except Rollback:
+                accepted = True
+            except journal.DurableError:
+                accepted = False
+            assert accepted == (name in allowed), (run.status, name)
+
+
+class Rollback(Exception):
+    """Undo an accepted action so the next one sees the run as it was."""

@@ -7,7 +7,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from journal.models import SessionEvent
+from journal.models import Run, SessionEvent
 from tests.dashboard_data import make_demo_runs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -128,4 +128,130 @@ def test_a_long_journal_lists_the_first_events_and_tails_from_the_newest(viewer,
     newest = SessionEvent.objects.filter(run_id=run_id).order_by("-seq").first().seq
     body = viewer.get(reverse("run_detail", args=[run_id])).content.decode()
     assert f'data-seq="{EVENTS_PAGE}"' in body and f'data-seq="{EVENTS_PAGE + 1}"' not in body
-    assert f"–{newest} are not listed here" in body
+    assert f"after event {EVENTS_PAGE} of {newest})" in body  # the next page's button, up to the newest
+
+
+def test_header_and_stepper_count_steps_the_same_way(client, personas, demo):
+    from journal.operations.timetravel import step_total
+
+    client.force_login(personas["viewer"])
+    Run.objects.filter(id=demo.ok).update(steps=44)  # the run row's counter is not what the stepper walks
+    total = step_total(demo.ok)
+    assert total != 44
+    body = client.get(reverse("run_detail", args=[demo.ok])).content.decode()
+    assert f'<dd id="header-steps">{total}' in body and f'of <span id="step-total">{total}</span>' in body
+    header = client.get(reverse("run_header", args=[demo.ok]), HTTP_HX_REQUEST="true").content.decode()
+    assert f'<dd id="header-steps">{total}' in header
+
+
+def test_the_stepper_poll_redraws_only_when_the_total_grew(client, personas, drive):
+    import journal
+    from journal.operations.timetravel import step_total
+
+    client.force_login(personas["viewer"])
+    run_id = journal.start("dash_grow", "doc")
+    drive()
+    url = reverse("run_detail", args=[run_id])
+    page = client.get(url).content.decode()
+    before = step_total(run_id)
+    assert 'id="stepper-poll"' in page and f"known_total={before}" in page
+    same = client.get(url, {"step": 1, "fragment": "journal", "known_total": before}, HTTP_HX_REQUEST="true")
+    assert same.status_code == 204
+    journal.signal(run_id, "more", {})
+    drive()
+    after = step_total(run_id)
+    assert after > before
+    grown = client.get(url, {"step": 1, "fragment": "journal", "known_total": before}, HTTP_HX_REQUEST="true")
+    assert grown.status_code == 200 and f'of <span id="step-total">{after}</span>' in grown.content.decode()
+    done = client.get(url, {"step": 1, "fragment": "journal", "known_total": after}, HTTP_HX_REQUEST="true")
+    assert done.status_code == 286  # finished and nothing new: stop polling
+    assert 'id="stepper-poll"' not in client.get(url).content.decode()
+
+
+def test_tab_counts_and_the_timeline_say_when_they_are_cut_off(client, personas, drive, monkeypatch):
+    import journal
+    from journal.models import TraceSpan
+    from runs.views import detail
+
+    run_id = journal.start("dash_many", 5)
+    drive()
+    spans = TraceSpan.objects.filter(run_id=run_id).count()
+    assert spans >= 5
+    monkeypatch.setattr(detail, "TAB_ROWS", 2)
+    client.force_login(personas["viewer"])
+    body = client.get(reverse("run_detail", args=[run_id])).content.decode()
+    assert f"Trace (first 2 of {spans})" in body
+    assert 'id="timeline-cut"' in body and f"Showing the first 2 of {spans} spans" in body
+    monkeypatch.setattr(detail, "TAB_ROWS", 200)
+    whole = client.get(reverse("run_detail", args=[run_id])).content.decode()
+    assert f"Trace ({spans})" in whole and 'id="timeline-cut"' not in whole
+
+
+def test_the_events_list_pages_with_a_cursor_up_to_where_the_tail_starts(client, personas, drive, monkeypatch):
+    import re
+
+    import journal
+    from runs.views import detail
+
+    monkeypatch.setattr(detail, "EVENTS_PAGE", 4)
+    run_id = journal.start("dash_many", 12)
+    drive()
+    newest = SessionEvent.objects.filter(run_id=run_id).order_by("-seq").first().seq
+    assert newest > 8
+    client.force_login(personas["viewer"])
+    body = client.get(reverse("run_detail", args=[run_id])).content.decode()
+    assert f"Events ({newest})" in body
+    seen = [int(n) for n in re.findall(r'<tr data-seq="(\d+)"', body)]
+    assert seen == [1, 2, 3, 4]
+    link = re.search(r'hx-get="(/runs/[^"]+/events/\?after=4&amp;until=(\d+))"', body)
+    assert link and int(link.group(2)) == newest
+    url = link.group(1).replace("&amp;", "&")
+    while url:
+        page = client.get(url, HTTP_HX_REQUEST="true").content.decode()
+        seen += [int(n) for n in re.findall(r'<tr data-seq="(\d+)"', page)]
+        more = re.search(r'hx-get="(/runs/[^"]+/events/\?after=\d+&amp;until=\d+)"', page)
+        url = more.group(1).replace("&amp;", "&") if more else ""
+    assert seen == list(range(1, newest + 1))  # every event once, in order, and the last page has no button
+
+
+def test_a_forks_stepper_says_which_steps_were_replayed_and_which_ran_anew(client, personas, demo, drive):
+    import journal
+
+    client.force_login(personas["viewer"])
+    edited = journal.fork(demo.ok, 2, override="edited", actor="alice")
+    rerun = journal.fork(demo.ok, 2, actor="alice")
+    drive()
+
+    def origin(run_id, step):
+        body = client.get(reverse("run_detail", args=[run_id]), {"step": step}).content.decode()
+        return body.split('id="step-origin">')[1].split("</span>")[0] if 'id="step-origin"' in body else None
+
+    assert origin(edited, 1) == "replayed from the parent"
+    assert origin(edited, 2) == "edited result (what-if) by alice"
+    assert origin(rerun, 1) == "replayed from the parent"
+    assert origin(rerun, 2) == "ran anew in this fork"
+    assert origin(demo.ok, 1) is None  # not a fork: nothing to say
+
+
+def test_an_action_answers_by_replacing_the_result_box_not_nesting_a_second_one(client, personas, demo):
+    client.force_login(personas["operator"])
+    body = client.get(reverse("run_detail", args=[demo.ok])).content.decode()
+    form = body[body.index("act/replay_check/"):]
+    assert 'hx-target="#action-result" hx-swap="outerHTML"' in form[:400]
+    answer = client.post(reverse("run_act", args=[demo.ok, "replay_check"]), HTTP_HX_REQUEST="true").content.decode()
+    assert answer.strip().startswith('<div id="action-result"') and answer.count('id="action-result"') == 1
+
+
+def test_file_diff_lines_are_classed_for_colour_and_stay_escaped():
+    from django.template import Context, Template
+
+    diff = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old <b>\n+new <script>\n same"
+    html = Template('{% load runs_tags %}<pre class="filediff">{% for cls, line in diff|diff_lines %}'
+                    '<span class="{{ cls }}">{{ line }}</span>\n{% endfor %}</pre>').render(Context({"diff": diff}))
+    assert '<span class="dl-del">-old &lt;b&gt;</span>' in html
+    assert '<span class="dl-add">+new &lt;script&gt;</span>' in html
+    assert '<span class="dl-file">--- a/x.py</span>' in html and '<span class="dl-hunk">@@ -1 +1 @@</span>' in html
+    assert '<span class="dl-ctx"> same</span>' in html
+    from pathlib import Path
+
+    assert "f.diff|diff_lines" in (Path(__file__).parent.parent / "templates/runs/detail.html").read_text()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from journal.models import Run, RunStatus
 from runs.models import AuditEntry
@@ -39,6 +42,23 @@ def test_list_shows_runs_and_filters_by_status_agent_and_text(client, personas, 
     assert demo.waiting[:8] in by_input and demo.ok[:8] not in by_input
     by_id = client.get(reverse("run_list"), {"q": demo.ok}).content.decode()
     assert demo.ok[:8] in by_id and demo.failed[:8] not in by_id
+
+
+def _listed(client, q) -> set[str]:
+    import re
+
+    body = client.get(reverse("run_list"), {"q": q}).content.decode()
+    return set(re.findall(r'href="/runs/([0-9a-f-]{36})/"', body))
+
+
+def test_the_short_ids_the_pages_show_can_be_searched(client, personas, demo):
+    _login(client, personas)
+    everyone = {demo.ok, demo.failed, demo.waiting, demo.evil, demo.evil_failed, demo.review}
+    for run_id in everyone:
+        assert run_id in _listed(client, run_id[:8])  # the 8 characters every page shows
+        assert _listed(client, run_id[:8]) == {r for r in everyone if r.startswith(run_id[:8])}
+        assert run_id in _listed(client, run_id[:13].upper())  # with the dash, in capitals
+    assert _listed(client, "zzzzzzzz") == set()
 
 
 def test_bad_filter_values_are_explained_not_crashed(client, personas, demo):
@@ -116,7 +136,41 @@ def test_bulk_cancel_cancels_selected_runs_and_audits_each(client, personas, dem
     assert Run.objects.get(id=demo.waiting).status == RunStatus.CANCELLED
     entries = {str(e.run_id): e for e in AuditEntry.objects.filter(action="cancel")}
     assert entries[demo.waiting].ok and entries[demo.waiting].comment == "incident 42"
-    assert not entries[demo.ok].ok and "already completed" in entries[demo.ok].result
+    assert demo.ok not in entries  # a completed run is skipped (counted), never handed to the engine
+
+
+def _messages(resp) -> list[tuple[str, str]]:
+    return [(m.level_tag, str(m)) for m in resp.context["messages"]]
+
+
+def test_bulk_retry_of_completed_runs_counts_them_as_skipped_not_errors(client, personas, demo):
+    _login(client, personas, "operator")
+    resp = client.post(reverse("run_bulk"), {"action": "retry", "run_ids": [demo.ok, demo.evil, demo.failed],
+                                             "next": "/"}, follow=True)
+    msgs = _messages(resp)
+    assert ("warning", "retry: 2 skipped: completed") in msgs
+    assert ("success", "retry: 1 run(s) retry scheduled") in msgs
+    assert not [m for m in msgs if m[0] == "error"]
+    assert Run.objects.get(id=demo.failed).status == RunStatus.PENDING
+    assert [str(e.run_id) for e in AuditEntry.objects.filter(action="retry")] == [demo.failed]
+
+
+def test_bulk_cancel_says_requested_for_running_runs_and_cancelled_for_idle_ones(client, personas, demo):
+    import journal
+
+    running = journal.start("dash_ok", "held.txt")
+    Run.objects.filter(id=running).update(status=RunStatus.RUNNING, lease_owner="w-1",
+                                          lease_expires_at=timezone.now() + timedelta(hours=1))
+    _login(client, personas, "operator")
+    resp = client.post(reverse("run_bulk"), {"action": "cancel", "run_ids": [demo.waiting, running], "next": "/"},
+                       follow=True)
+    msgs = _messages(resp)
+    assert ("success", "cancel: 1 run(s) cancelled") in msgs
+    assert ("info", "cancel: cancellation requested for 1 running run(s); each stops at its next step boundary") \
+        in msgs
+    assert not any("done" in text for _, text in msgs)
+    held = Run.objects.get(id=running)
+    assert held.status == RunStatus.RUNNING and held.cancel_requested
 
 
 def test_bulk_refuses_unknown_actions_and_unsafe_redirects(client, personas, demo):
@@ -145,3 +199,75 @@ def test_list_query_count_does_not_grow_with_rows(client, personas, drive, djang
     assert counts[0] == counts[1], counts
     with django_assert_max_num_queries(12):
         client.get(reverse("run_list"), {"q": "bulk", "status": "pending", "sort": "agent"})
+
+
+def test_progress_bars_are_full_for_completed_runs_and_labels_carry_numbers(client, personas, demo):
+    import journal
+
+    live = journal.start("dash_ok", "contracts.zip")
+    Run.objects.filter(id=live).update(progress={"done": 37, "total": 120, "label": "contracts"})
+    Run.objects.filter(id=demo.ok).update(progress={"done": 1, "total": 2, "label": "documents"})  # ended early
+    _login(client, personas)
+    body = client.get(reverse("run_list")).content.decode()
+    live_cell = body.split(f'id="pg-{live}"')[1].split("</td>")[0]
+    assert 'value="31"' in live_cell and "37 / 120 contracts" in live_cell
+    done_cell = body.split(f'id="pg-{demo.ok}"')[1].split("</td>")[0]
+    assert 'value="100"' in done_cell and "2 / 2 documents" in done_cell
+    page = client.get(reverse("run_detail", args=[demo.ok])).content.decode()
+    header = page.split('id="header-steps"')[1].split("</dd>")[0]
+    assert 'value="100"' in header and "2 / 2 documents" in header
+
+
+def test_search_by_what_happened_with_key_value_terms(client, personas, demo):
+    _login(client, personas)
+    everyone = {demo.ok, demo.failed, demo.waiting, demo.evil, demo.evil_failed, demo.review}
+    assert _listed(client, "step:summarize_doc") == {demo.ok, demo.failed}  # dash_ok and dash_fail ran it
+    assert _listed(client, "failed_step:explode") == {demo.failed}
+    assert _listed(client, "failed_step:summarize_doc") == set()  # ran it, did not fail there
+    assert _listed(client, 'error:"unexpected token"') == {demo.failed}
+    assert _listed(client, "status:failed") == {demo.failed, demo.evil_failed}
+    assert _listed(client, "status:failed step:fetch_doc") == {demo.failed}  # terms combine with AND
+    assert _listed(client, f"id:{demo.review[:8]} agent:dash_review") == {demo.review}
+    assert _listed(client, "agent:dash_ok report") == {demo.ok}  # a term and free text
+    assert _listed(client, "") == everyone
+    assert "failed_step:</code>" in client.get(reverse("run_list")).content.decode()  # the help lists the terms
+
+
+def test_a_bad_search_term_is_a_message_in_the_page_not_a_500(client, personas, demo):
+    _login(client, personas)
+    for q, message in [("colour:red", "unknown search term colour:"), ("status:sideways", "is not a status"),
+                       ("id:xyz", "is not a run id or the start of one"), ('step:""', "step: needs a value")]:
+        resp = client.get(reverse("run_list"), {"q": q})
+        assert resp.status_code == 200 and message in resp.content.decode(), q
+
+
+def test_act_on_every_run_matching_a_search_counts_first_then_acts(client, personas, demo):
+    _login(client, personas, "operator")
+    search = {"scope": "filter", "q": "agent:dash_fail", "action": "retry", "next": "/?q=agent:dash_fail"}
+    dry = client.post(reverse("run_bulk"), {**search, "dry_run": "1"})
+    assert dry.json() == {"action": "retry", "count": 1, "by_status": {"failed": 1}, "dry_run": True}
+    everything = client.post(reverse("run_bulk"), {"scope": "filter", "action": "retry", "dry_run": "1",
+                                                   "status": ["failed", "completed"]}).json()
+    assert everything["count"] == 4 and everything["by_status"] == {"failed": 2, "completed": 2}
+    assert Run.objects.get(id=demo.failed).status == RunStatus.FAILED and not AuditEntry.objects.exists()
+    page = client.post(reverse("run_bulk"), {**search, "dry_run": "1"}, HTTP_HX_REQUEST="true").content.decode()
+    assert '<strong>1</strong> run match this search (1 failed)' in page and "Retry all 1" in page
+    bad = client.post(reverse("run_bulk"), {**search, "q": "colour:red", "dry_run": "1"})
+    assert bad.status_code == 400 and "unknown search term" in bad.json()["error"]
+
+    resp = client.post(reverse("run_bulk"), {"scope": "filter", "action": "retry", "status": ["failed", "completed"],
+                                             "next": "/"}, follow=True)
+    msgs = _messages(resp)
+    assert ("success", "retry: 2 run(s) retry scheduled") in msgs and ("warning", "retry: 2 skipped: completed") in msgs
+    assert Run.objects.get(id=demo.failed).status == RunStatus.PENDING
+    assert AuditEntry.objects.filter(action="retry", ok=True).count() == 2
+
+
+def test_the_list_offers_the_count_first_only_when_a_search_is_active(client, personas, demo):
+    _login(client, personas, "operator")
+    assert 'id="filter-count-btn"' not in client.get(reverse("run_list")).content.decode()
+    body = client.get(reverse("run_list"), {"q": "status:failed"}).content.decode()
+    assert 'id="filter-count-btn"' in body and '<input type="hidden" name="q" value="status:failed">' in body
+    assert 'name="q" value="status:failed" placeholder=' in body  # the search box keeps what was typed
+    bulk_form = body[body.index('id="bulk"'):]
+    assert 'name="scope"' not in bulk_form  # ticking runs and pressing Cancel… never acts on the whole search

@@ -37,6 +37,31 @@ def test_workers_page_lists_agents_versions_and_live_workers_with_their_runs(cli
     assert "completed 1" in body  # runs by status per agent version
 
 
+def test_a_dead_worker_is_not_listed_among_live_workers(client, personas, db):
+    import os
+    import socket
+    import subprocess
+    import sys
+    from datetime import timedelta
+
+    from journal.models.run import lease_seconds
+
+    here, now = socket.gethostname(), timezone.now()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)  # that process has exited: its pid names no one (or someone started later)
+    Worker.objects.create(id="alive-here", hostname=here, pid=os.getpid(), started_at=now, heartbeat_at=now)
+    Worker.objects.create(id="pid-gone", hostname=here, pid=dead_pid, started_at=now - timedelta(minutes=5),
+                          heartbeat_at=now - timedelta(seconds=20))
+    Worker.objects.create(id="silent-elsewhere", hostname="other-host", pid=7, started_at=now - timedelta(hours=1),
+                          heartbeat_at=now - timedelta(seconds=3 * lease_seconds() + 5))
+    Worker.objects.create(id="alive-elsewhere", hostname="other-host", pid=8, heartbeat_at=now)
+    body = login(client, personas).get(reverse("workers")).content.decode()
+    live = body.split("Recently stopped or silent workers")[0]
+    assert "alive-here" in live and "alive-elsewhere" in live
+    assert "pid-gone" not in live and "silent-elsewhere" not in live
+    assert "pid-gone" in body and "silent-elsewhere" in body  # listed as stopped or silent instead
+
+
 def test_workers_page_empty_state(client, personas, db):
     body = login(client, personas).get(reverse("workers")).content.decode()
     assert "python manage.py runworker" in body
@@ -122,6 +147,15 @@ def test_audit_log_lists_who_what_when_run_and_comment(client, personas, demo):
     assert "is not a run id" in c.get(reverse("audit"), {"run": "zzz"}, follow=True).content.decode()
 
 
+def test_audit_log_names_actions_as_people_read_them(client, personas, demo):
+    c = login(client, personas, "operator")
+    c.post(reverse("approval_decide"), {"run_id": demo.waiting, "decision": "accept", "comment": "ok"})
+    c.post(reverse("run_act", args=[demo.failed, "rerun"]), {"at_step": "3"})
+    body = c.get(reverse("audit")).content.decode()
+    assert ">approval: accepted</td>" in body and ">re-run from a step</td>" in body
+    assert ">approval_accept<" not in body
+
+
 def test_audit_log_pages_without_offset(client, personas, db):
     for i in range(130):
         AuditEntry.objects.create(actor="operator", action="pause", comment=f"c{i}")
@@ -131,3 +165,11 @@ def test_audit_log_pages_without_offset(client, personas, db):
     before = first.split("before=")[1].split('"')[0]
     second = c.get(reverse("audit"), {"before": before}).content.decode()
     assert "c29<" in second and "c129" not in second
+
+
+def test_favicon_is_not_a_404(client, db):
+    resp = client.get("/favicon.ico")
+    assert resp.status_code == 301 and resp["Location"].endswith(".svg")
+    from django.contrib.staticfiles import finders
+
+    assert finders.find("favicon.svg")

@@ -59,6 +59,11 @@ def _pending(run_id):
         compensation="").order_by("-position")
 
 
+def has_effects_to_undo(run_id) -> bool:
+    """Whether a compensation would have anything to undo (``begin`` refuses otherwise)."""
+    return _pending(run_id).exists()
+
+
 def will_compensate(run) -> bool:
     """A failed run whose worker is about to turn it into a compensating one: not finished yet."""
     return run.status == RunStatus.FAILED and _pending(run.id).exists() and not SessionEvent.objects.filter(

@@ -13,18 +13,18 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from journal.driver.saga import after_cancel_idle, will_compensate
+from journal.driver.saga import after_cancel_idle, has_effects_to_undo, will_compensate
 from journal.engine import registry
 from journal.engine.launch import harness_for, register_harnesses, start_run
-from journal.models import EventKind, Run, RunStatus, Signal
+from journal.models import EffectStatus, EventKind, Run, RunStatus, SideEffect, Signal
 from journal.primitives.children import wake_parent
 from journal.store import runstate
 from journal.store.doorbell import notify
-from journal.store.errors import RunNotFoundError, RunStateError, SignalError
+from journal.store.errors import BadArgumentsError, RunNotFoundError, RunStateError, SignalError
 from journal.store.serialization import check_text, dumps, to_json
 
-__all__ = ["cancel", "get_run", "harness_for", "payload_size", "register_harnesses", "signal", "start",
-           "start_run", "wait"]
+__all__ = ["allowed_actions", "cancel", "get_run", "harness_for", "payload_size", "refusal", "register_harnesses",
+           "signal", "start", "start_run", "wait"]
 
 
 def start(workflow: str | Callable[..., Any], *args: Any, **kwargs: Any) -> str:
@@ -121,6 +121,41 @@ def cancel(run_id, reason: str = "", *, actor: str = "") -> Run:
     if run.parent_id is not None:
         wake_parent(run.parent_id, run.concurrency_key)
     return get_run(run.id)
+
+
+ACTIONS = ("cancel", "signal", "pause", "unpause", "resume", "retry", "compensate")
+
+
+def refusal(run: Run, action: str) -> str:
+    """Why the engine would refuse ``action`` on ``run`` as it stands ("" when it would accept it), from the
+    same checks the actions make: their status sets, the saga's effects to undo, effects in doubt."""
+    status = run.status
+    if action not in ACTIONS:
+        raise BadArgumentsError(f"unknown action {action!r}; actions: {', '.join(ACTIONS)}")
+    if action in ("cancel", "signal", "pause", "unpause"):
+        if status in runstate.TERMINAL:
+            return f"it is {status}"
+        if action == "pause" and run.paused:
+            return "it is already paused"
+        if action == "unpause" and not run.paused:
+            return "it is not paused"
+        return ""
+    allowed = {"resume": (RunStatus.NEEDS_ATTENTION,), "retry": (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION),
+               "compensate": tuple(runstate.COMPENSABLE)}[action]
+    if status not in allowed:
+        return f"it is {status}"
+    if action == "compensate":
+        return "" if has_effects_to_undo(run.id) else "it has no completed effect with a compensation to undo"
+    doubt = SideEffect.objects.filter(run_id=run.id, status=EffectStatus.STARTED).values_list(
+        "position", flat=True).first()
+    return f"the effect at step {doubt} is in doubt: resolve it first" if doubt is not None else ""
+
+
+def allowed_actions(run: Run) -> frozenset[str]:
+    """The operator actions the engine would accept for ``run`` now (names as in ``ACTIONS``), so a page
+    offers only those. Fork, re-run and the replay check read the journal and work in any state.
+    A race can still refuse one: each action checks again."""
+    return frozenset(a for a in ACTIONS if not refusal(run, a))
 
 
 def payload_size(value: Any) -> int:

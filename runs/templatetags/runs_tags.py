@@ -127,6 +127,81 @@ def percent(progress: Any) -> int | None:
     return max(0, min(100, round(100 * done / total))) if total else None
 
 
+ACTION_LABELS = {
+    "approval_accept": "approval: accepted", "approval_edit": "approval: edited and accepted",
+    "approval_reject": "approval: rejected", "approval_respond": "approval: responded",
+    "rerun": "re-run from a step", "fork": "fork", "resolve_effect": "resolve an in-doubt effect",
+    "replay_check": "replay check", "pause_agent": "pause agent", "unpause_agent": "unpause agent",
+}
+
+
+@register.filter
+def action_label(action: Any) -> str:
+    """An audited action's name as people read it ("approval_accept" -> "approval: accepted")."""
+    text = str(action)
+    return ACTION_LABELS.get(text, text.replace("_", " "))
+
+
+@register.filter
+def diff_lines(diff: Any) -> list[tuple[str, str]]:
+    """A unified diff as (css class, line) pairs, so additions and removals can be coloured."""
+    out = []
+    for line in str(diff or "").splitlines():
+        if line.startswith(("+++", "---")):
+            cls = "dl-file"
+        elif line.startswith("@@"):
+            cls = "dl-hunk"
+        elif line.startswith("+"):
+            cls = "dl-add"
+        elif line.startswith("-"):
+            cls = "dl-del"
+        else:
+            cls = "dl-ctx"
+        out.append((cls, line))
+    return out
+
+
+@register.filter
+def split_words(text: Any) -> list[str]:
+    return str(text).split()
+
+
+@register.filter
+def pair(first: Any, second: Any) -> tuple:
+    """``a|pair:b`` -> (a, b): loop over two sides with one cell template."""
+    return (first, second)
+
+
+@register.filter
+def thousands(value: Any) -> str:
+    """1234 -> "1,234" (counts in labels); anything else as it is."""
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+@register.filter
+def progress_of(run: Any) -> dict | None:
+    """What a progress bar shows for a run: ``{"pct": 0..100 or None, "text": "37 / 120 contracts"}``.
+
+    A completed run is complete: its bar is full and its count reads total of total, whatever the last
+    ``set_progress`` before the end said. None when the run never reported progress."""
+    progress = getattr(run, "progress", None)
+    if not isinstance(progress, dict):
+        return None
+    try:
+        done = int(progress.get("done") or 0)
+        total = int(progress["total"]) if progress.get("total") not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+    label = str(progress.get("label") or "")
+    if getattr(run, "status", "") == "completed":
+        done = total if total else done
+        pct = 100
+    else:
+        pct = max(0, min(100, round(100 * done / total))) if total else None
+    count = f"{done:,} / {total:,}" if total else f"{done:,}"
+    return {"pct": pct, "text": f"{count} {label}".strip()}
+
+
 @register.filter
 def short_id(value: Any) -> str:
     return str(value)[:8]

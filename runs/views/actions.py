@@ -73,20 +73,40 @@ def _do_resolve(request, run, actor):
 
 
 def _do_fork(request, run, actor):
+    """Fork from step N. Only a checked "use an edited result" box sends an override: the textarea's
+    text alone never does (it may hold the recorded result, or a failed step's error)."""
     import journal
 
     at_step = parse_int(request.POST.get("at_step", ""), minimum=1)
     if at_step is None:
         return "choose the step to fork from", "", None
-    override, error = parse_json_field(request.POST.get("override", ""), "the edited result")
-    if error:
-        return error, "", None
     reason = _text(request, "reason")
-    use_override = request.POST.get("edit") == "on" or bool(request.POST.get("override", "").strip())
     kwargs: dict[str, Any] = {"actor": actor, "reason": reason}
-    if use_override:
+    if request.POST.get("edit") == "on":
+        if not request.POST.get("override", "").strip():
+            return "the edited result is empty: write the JSON the step should return, or re-run instead", "", None
+        override, error = parse_json_field(request.POST.get("override", ""), "the edited result")
+        if error:
+            return error, "", None
+        if override is None:
+            return "null cannot be an edited result (the engine reads it as no override): re-run instead", "", None
         kwargs["override"] = override
-    return (lambda: journal.fork(run.id, at_step, **kwargs)), reason, lambda new_id: f"forked at step {at_step}"
+        done = f"forked at step {at_step} with an edited result"
+    else:
+        done = f"re-running from step {at_step}"
+    return (lambda: journal.fork(run.id, at_step, **kwargs)), reason, lambda new_id: done
+
+
+def _do_rerun(request, run, actor):
+    """Re-run from step N: a fork that replays steps 1..N-1 and executes step N anew (never an override)."""
+    import journal
+
+    at_step = parse_int(request.POST.get("at_step", ""), minimum=1)
+    if at_step is None:
+        return "choose the step to re-run from", "", None
+    reason = _text(request, "reason")
+    return (lambda: journal.fork(run.id, at_step, actor=actor, reason=reason)), reason, \
+        lambda new_id: f"re-running from step {at_step}"
 
 
 def _do_replay_check(request, run, actor):
@@ -113,6 +133,7 @@ ACTIONS: dict[str, Callable] = {
     "signal": _do_signal,
     "resolve_effect": _do_resolve,
     "fork": _do_fork,
+    "rerun": _do_rerun,
     "replay_check": _do_replay_check,
 }
 
@@ -130,7 +151,7 @@ def run_action(request: HttpRequest, run_id, action: str) -> HttpResponse:
         outcome = Outcome(False, call)
     else:
         outcome = perform(request, action, call, run_id=run.id, comment=comment, describe=describe)
-    new_run = str(outcome.value) if outcome.ok and action == "fork" else ""
+    new_run = str(outcome.value) if outcome.ok and action in ("fork", "rerun") else ""
     if request.htmx:
         response = render(request, "runs/detail.html#action_result",
                           {"run": run, "outcome": outcome, "action": action, "new_run": new_run})

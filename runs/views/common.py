@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.http import Http404, HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
 
 from journal.models import Run
 from runs.models import AuditEntry
@@ -105,3 +106,12 @@ def parse_json_field(text: str, what: str) -> tuple[Any, str]:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON databases store")
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico whatever the page says: point them at the static icon (public)."""
+    from django.http import HttpResponsePermanentRedirect
+    from django.templatetags.static import static
+
+    return HttpResponsePermanentRedirect(static("favicon.svg"))

@@ -17,6 +17,7 @@ from journal.models import (
     SideEffect,
     TraceSpan,
 )
+from journal.operations.runs import refusal
 from runs import charts, stepper
 from runs.permissions import viewer_required
 from runs.views.common import get_run_or_404, parse_int
@@ -24,6 +25,8 @@ from runs.views.common import get_run_or_404, parse_int
 EVENTS_PAGE = 100  # the first events; the stepper and the tail reach the rest
 TAB_ROWS = 200
 TAIL_ROWS = 200
+# offered only where the engine allows them (journal.operations.runs.refusal says why not)
+LIFECYCLE = ("pause", "unpause", "resume", "retry", "compensate", "cancel", "signal")
 
 
 def _int(value: str | None, default: int) -> int:
@@ -39,9 +42,17 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     total = stepper.total_steps(run)
     step = stepper.step_view(run, _int(request.GET.get("step"), total or 1), total) if total else None
     if request.htmx and request.GET.get("fragment") == "journal":
-        return render(request, "runs/detail.html#journal", {"run": run, "step": step})
+        known = parse_int(request.GET.get("known_total"))
+        if known is not None and known == total:  # the stepper's poll: nothing new, leave the page alone
+            return HttpResponseStopPolling() if run.is_terminal else HttpResponse(status=204)
+        return render(request, "runs/detail.html#journal", {"run": run, "step": step, "total_steps": total})
     events = list(SessionEvent.objects.filter(run=run).order_by("seq")[:EVENTS_PAGE])
-    spans = list(TraceSpan.objects.filter(run=run).order_by("started_at", "id")[:TAB_ROWS])
+    last_seq = _max_seq(run, events)
+    spans, span_total = _capped(TraceSpan.objects.filter(run=run).order_by("started_at", "id"))
+    checkpoints, checkpoint_total = _capped(Checkpoint.objects.filter(run=run).defer("manifest", "state")
+                                            .order_by("position"))
+    effects, effect_total = _capped(SideEffect.objects.filter(run=run).order_by("position"))
+    commands, command_total = _capped(SandboxCommand.objects.filter(run=run).order_by("created_at", "id"))
     lineage = {
         "parent": Run.objects.filter(id=run.parent_id).only("id", "agent", "status").first() if run.parent_id else None,
         "forked_from": (Run.objects.filter(id=run.forked_from_id).only("id", "agent", "status").first()
@@ -52,16 +63,53 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     gantt = charts.gantt({"name": s.name, "kind": s.kind, "position": s.position, "started_at": s.started_at,
                           "duration_ms": s.duration_ms, "status": s.status} for s in spans)
     context = {
-        "run": run, "step": step, "events": events, "more_events": len(events) == EVENTS_PAGE,
-        "last_seq": _max_seq(run, events), "spans": spans, "gantt": gantt, "lineage": lineage,
-        "checkpoints": list(Checkpoint.objects.filter(run=run).defer("manifest", "state").order_by("position")
-                            [:TAB_ROWS]),
-        "effects": list(SideEffect.objects.filter(run=run).order_by("position")[:TAB_ROWS]),
-        "commands": list(SandboxCommand.objects.filter(run=run).order_by("created_at", "id")[:TAB_ROWS]),
+        "run": run, "step": step, "total_steps": total, "events": events, "last_seq": last_seq,
+        "next_after": _next_after(events, last_seq), "until": last_seq,
+        "spans": spans, "span_total": span_total, "gantt": gantt, "lineage": lineage,
+        "timeline_cut": _timeline_cut(run, spans, span_total),
+        "checkpoints": checkpoints, "checkpoint_total": checkpoint_total,
+        "effects": effects, "effect_total": effect_total, "commands": commands, "command_total": command_total,
         "in_doubt": SideEffect.objects.filter(run=run, status="started").order_by("position").first(),
         "approval": _pending_approval(run),
     }
+    refused = {a: refusal(run, a) for a in LIFECYCLE}
+    context["allowed"] = {a for a, why in refused.items() if not why}
+    context["not_offered"] = [(a, why) for a, why in refused.items() if why]
     return render(request, "runs/detail.html", context)
+
+
+def _capped(qs) -> tuple[list, int]:
+    """The first TAB_ROWS rows and how many there are in all (a COUNT only when the cap was reached)."""
+    rows = list(qs[:TAB_ROWS])
+    return rows, (qs.count() if len(rows) == TAB_ROWS else len(rows))
+
+
+def _timeline_cut(run: Run, spans: list[TraceSpan], total: int) -> dict | None:
+    """Which part of the run a capped timeline covers: its first and last span start, and the run's own end."""
+    if not spans or total <= len(spans):
+        return None
+    return {"shown": len(spans), "total": total, "start": spans[0].started_at, "until": spans[-1].started_at,
+            "run_end": run.finished_at or run.updated_at}
+
+
+def _next_after(events: list[SessionEvent], until: int) -> int | None:
+    """The cursor of the next events page (None when this page reached ``until``, the newest at page load)."""
+    if len(events) == EVENTS_PAGE and events[-1].seq < until:
+        return events[-1].seq
+    return None
+
+
+@require_GET
+@viewer_required
+def run_events(request: HttpRequest, run_id) -> HttpResponse:
+    """One page of the events list after the ``after`` seq cursor, up to ``until`` (where the live tail took
+    over when the page was drawn): the rows and a button for the next page."""
+    run = get_run_or_404(run_id, fields=("id", "status"))
+    after, until = _int(request.GET.get("after"), 0), _int(request.GET.get("until"), 0)
+    events = list(SessionEvent.objects.filter(run_id=run.id, seq__gt=after, seq__lte=until)
+                  .order_by("seq")[:EVENTS_PAGE])
+    return render(request, "runs/detail.html#events_page",
+                  {"run": run, "events": events, "next_after": _next_after(events, until), "until": until})
 
 
 def _max_seq(run: Run, events: list[SessionEvent]) -> int:
@@ -86,7 +134,7 @@ def _pending_approval(run: Run):
 def run_header(request: HttpRequest, run_id) -> HttpResponse:
     """The header fragment, polled while the run is live; 286 stops the polling once it is terminal."""
     run = get_run_or_404(run_id)
-    response = render(request, "runs/detail.html#header", {"run": run})
+    response = render(request, "runs/detail.html#header", {"run": run, "total_steps": stepper.total_steps(run)})
     if run.is_terminal:
         return HttpResponseStopPolling(response.content)
     return response

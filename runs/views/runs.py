@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from journal.models import LIVE_STATUSES, Run, RunStatus
+from journal.models import LIVE_STATUSES, TERMINAL_STATUSES, Run, RunStatus
+from journal.operations.runs import refusal
 from runs import queries
 from runs.permissions import operator_required, viewer_required
 from runs.views.common import as_uuid, perform
 
 MAX_LIVE_IDS = 200
 BULK_ACTIONS = {"cancel", "retry", "compensate"}
+FILTER_CAP = 1000  # runs acted on per bulk request (selected or matching a search)
+FILTER_FIELDS = ("q", "status", "agent", "version", "since", "until")
 
 
 @require_GET
@@ -38,7 +42,8 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "filter": f, "page": page, "statuses": RunStatus.choices, "agents": queries.agent_choices(),
         "query": base.urlencode(), "sort_links": sort_links,
         "next_query": _with(base, after=page.next_cursor), "prev_query": _with(base, before=page.prev_cursor),
-        "live_ids": ",".join(page.live_ids),
+        "live_ids": ",".join(page.live_ids), "search_keys": queries.SEARCH_KEYS,
+        "filter_fields": [(k, v) for k in FILTER_FIELDS for v in request.GET.getlist(k) if v],
     }
     return render(request, "runs/list.html", context)
 
@@ -78,7 +83,7 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
     import journal
 
     action = request.POST.get("action", "")
-    ids = request.POST.getlist("run_ids")[:500]
+    ids = request.POST.getlist("run_ids")[:FILTER_CAP]
     reason = request.POST.get("reason", "").strip()[:500]
     back = request.POST.get("next", "")
     if not back.startswith("/") or back.startswith("//"):
@@ -86,8 +91,22 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
     if action not in BULK_ACTIONS:
         messages.error(request, f"unknown bulk action {action!r}")
         return redirect(back)
+    if request.POST.get("scope") == "filter":  # every run matching the search, not the ticked ones
+        f = queries.RunFilter.from_query(request.POST)
+        if f.errors:
+            return _filter_answer(request, action, back, error="; ".join(f.errors))
+        matching = f.apply(Run.objects.all())
+        if request.POST.get("dry_run") == "1":
+            return _filter_answer(request, action, back, by_status=dict(
+                matching.order_by().values_list("status").annotate(n=Count("id"))))
+        ids = [str(i) for i in matching.order_by("created_at", "id").values_list("id", flat=True)[:FILTER_CAP + 1]]
+        if len(ids) > FILTER_CAP:
+            ids = ids[:FILTER_CAP]
+            messages.warning(request, f"{action}: acting on the oldest {FILTER_CAP:,} matching runs; run it again "
+                                      "for the rest")
     if not ids:
-        messages.warning(request, "select at least one run first")
+        messages.warning(request, "select at least one run first" if request.POST.get("scope") != "filter"
+                         else "no run matches this search")
         return redirect(back)
     actor = request.user.get_username()
     calls = {
@@ -95,21 +114,63 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
         "retry": lambda rid: journal.retry(rid, actor=actor, reason=reason),
         "compensate": lambda rid: journal.compensate(rid, actor=actor, reason=reason),
     }
-    done, failed = 0, []
-    for text in ids:
-        rid = as_uuid(text)
+    parsed = {text: as_uuid(text) for text in ids}
+    runs = {r.id: r for r in Run.objects.filter(id__in=[rid for rid in parsed.values() if rid])
+            .only("id", "status", "paused")}
+    done, requested, failed = 0, 0, []
+    skipped: dict[str, int] = {}
+    for text, rid in parsed.items():
         if rid is None:  # never handed to the engine: it is not a run id at all
             failed.append(f"{text[:40]!r} is not a run id")
             continue
+        run = runs.get(rid)
+        if run is None:
+            failed.append(f"{str(rid)[:8]}: no such run")
+            continue
+        why = refusal(run, action)
+        if why:  # the engine would refuse: counted, not an error
+            why = why.removeprefix("it is ")
+            skipped[why] = skipped.get(why, 0) + 1
+            continue
         outcome = perform(request, action, lambda rid=rid: calls[action](rid), run_id=rid,
                           comment=reason, target="bulk")
-        if outcome.ok:
-            done += 1
-        else:
+        if not outcome.ok:
             failed.append(f"{str(rid)[:8]}: {outcome.message}")
-    if done:
-        messages.success(request, f"{action}: {done} run(s) done")
-    for line in failed[:20]:
-        messages.error(request, line)
+        elif action == "cancel" and getattr(outcome.value, "status", None) not in TERMINAL_STATUSES:
+            requested += 1  # a worker holds it: it stops at its next step boundary
+        else:
+            done += 1
+    messages_for_bulk(request, action, done, requested, skipped, failed)
     return redirect(back)
 
+
+def _filter_answer(request, action: str, back: str, *, by_status: dict | None = None, error: str = ""):
+    """The count first: how many runs the search matches, by status, and nothing done yet."""
+    by_status = by_status or {}
+    total = sum(by_status.values())
+    if not request.htmx:
+        if error:
+            return JsonResponse({"error": error}, status=400)
+        return JsonResponse({"action": action, "count": total, "by_status": by_status, "dry_run": True})
+    return render(request, "runs/list.html#filter_bulk", {
+        "action": action, "count": total, "by_status": sorted(by_status.items()), "error": error,
+        "filter_fields": [(k, v) for k in FILTER_FIELDS for v in request.POST.getlist(k)],
+        "reason": request.POST.get("reason", ""), "back": back})
+
+
+PAST = {"cancel": "cancelled", "retry": "retry scheduled", "compensate": "compensation started"}
+
+
+def messages_for_bulk(request, action: str, done: int, requested: int, skipped: dict[str, int],
+                      failed: list[str]) -> None:
+    if done:
+        messages.success(request, f"{action}: {done} run(s) {PAST[action]}")
+    if requested:
+        messages.info(request, f"cancel: cancellation requested for {requested} running run(s); "
+                               "each stops at its next step boundary")
+    if skipped:
+        parts = (next(iter(skipped)) if len(skipped) == 1
+                 else ", ".join(f"{n} {why}" for why, n in sorted(skipped.items())))
+        messages.warning(request, f"{action}: {sum(skipped.values())} skipped: {parts}")
+    for line in failed[:20]:
+        messages.error(request, line)

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from journal.models import TERMINAL_STATUSES, AgentPause, Harness, Run, RunStatus, Worker
-from journal.models.run import lease_seconds
+from journal.operations.workers import live_workers
 from runs import charts
 from runs.permissions import operator_required, viewer_required
 from runs.views.common import perform
@@ -40,9 +40,7 @@ def workers(request: HttpRequest) -> HttpResponse:
     agents: dict[str, list[dict]] = defaultdict(list)
     for h in harnesses:
         agents[h.name].append({"harness": h, "counts": counts.get((h.name, h.version), {})})
-    alive_after = now - timedelta(seconds=3 * lease_seconds())
-    worker_rows = list(Worker.objects.filter(stopped_at__isnull=True, heartbeat_at__gte=alive_after)
-                       .order_by("-heartbeat_at")[:200])
+    worker_rows = live_workers(now=now)
     held = defaultdict(list)
     for run in Run.objects.filter(lease_owner__in=[w.id for w in worker_rows]).exclude(lease_owner="") \
             .only("id", "agent", "status", "lease_owner", "lease_expires_at", "steps")[:1000]:

@@ -92,3 +92,11 @@ def dash_checkout(ctx: journal.Context, amount: int) -> dict:
     charge = charge_card(amount)
     ctx.wait_for_signal("ship")
     return charge
+
+
+@journal.workflow(name="dash_grow", version="1")
+def dash_grow(ctx: journal.Context, name: str) -> int:
+    """Records a step, waits for the signal "more", then records two more: a journal that grows on resume."""
+    first = fetch_doc(name)
+    ctx.wait_for_signal("more")
+    return first["words"] + fetch_doc(name + "-2")["words"] + fetch_doc(name + "-3")["words"]

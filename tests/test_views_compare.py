@@ -1,0 +1,43 @@
+"""Two runs side by side: the page renders what journal.operations.whatif.compare_runs aligns."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+import journal
+from journal.models import Run
+from tests.dashboard_data import make_demo_runs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def viewer(client, personas):
+    client.force_login(personas["viewer"])
+    return client
+
+
+def test_compare_a_fork_with_an_edited_result_marks_the_first_divergence(viewer, drive):
+    demo = make_demo_runs(drive)
+    fork = journal.fork(demo.ok, 2, override="an edited summary", actor="t")
+    drive()
+    body = viewer.get(reverse("run_compare"), {"a": demo.ok, "b": fork}).content.decode()
+    assert "First divergence at step 2." in body and 'id="first-difference"' in body
+    assert "The outputs differ." in body and "an edited summary" in body
+    row = body.split('id="first-difference"')[1].split("</tr>")[0]
+    assert "first divergence" in row
+    # the fork's page links here
+    page = viewer.get(reverse("run_detail", args=[fork])).content.decode()
+    assert f'href="/runs/compare/?a={demo.ok}&amp;b={fork}"' in page
+
+
+def test_compare_takes_short_ids_and_says_what_is_wrong_without_a_500(viewer, drive):
+    demo = make_demo_runs(drive)
+    same = viewer.get(reverse("run_compare"), {"a": demo.ok[:8], "b": demo.ok})
+    assert same.status_code == 200 and "The journals agree step for step." in same.content.decode()
+    for a, b, message in [("", "", "choose run A"), ("nope", demo.ok, "&#x27;nope&#x27; is not a run id"),
+                          (demo.ok, "00000000-0000-0000-0000-000000000000", "run B: no run with id")]:
+        resp = viewer.get(reverse("run_compare"), {"a": a, "b": b})
+        assert resp.status_code == 200 and message in resp.content.decode(), message
+    assert Run.objects.count() == 6
