@@ -12,7 +12,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from journal.models import Run, RunStatus
+from journal.models import Approval, Run, RunStatus
+from journal.operations.approvals import pending_approvals as engine_pending_approvals
 from runs.permissions import operator_required, viewer_required
 from runs.roles import roles_of
 from runs.views.common import Outcome, as_uuid, get_run_or_404, parse_json_field, perform
@@ -21,25 +22,9 @@ INBOX_ROWS = 200
 DECISIONS = ("accept", "edit", "reject", "respond")
 
 
-def approval_model():
-    try:
-        from journal.models import Approval  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return Approval
-
-
 def pending_approvals():
-    Approval = approval_model()
-    if Approval is None:
-        return []
-    return list(_open(Approval).select_related("run").prefetch_related("decisions")
-                .order_by("requested_at", "id")[:INBOX_ROWS])
-
-
-def _open(Approval):  # noqa: N803 - the model class
-    """Pending and escalated approvals: both still wait for someone."""
-    return Approval.objects.filter(status__in=["pending", "escalated"])
+    """The engine's inbox (open approvals of runs that can still use them, oldest first), with the votes."""
+    return list(engine_pending_approvals().prefetch_related("decisions")[:INBOX_ROWS])
 
 
 def signal_waits():
@@ -49,11 +34,8 @@ def signal_waits():
 
 def pending_count() -> int:
     """For the navigation badge: two indexed COUNTs, whatever the page."""
-    n = Run.objects.filter(status=RunStatus.SUSPENDED, waiting_for__kind="signal").count()
-    Approval = approval_model()
-    if Approval is not None:
-        n += _open(Approval).count()
-    return n
+    return (Run.objects.filter(status=RunStatus.SUSPENDED, waiting_for__kind="signal").count()
+            + engine_pending_approvals().count())
 
 
 @require_GET
@@ -111,8 +93,7 @@ def decide(request: HttpRequest) -> HttpResponse:
             return journal.decide(approval_id, approved=approved, actor=actor, actor_roles=roles,
                                   comment=comment, edited=edited if decision == "edit" else None)
 
-        Approval = approval_model()
-        row = Approval.objects.filter(id=as_uuid(approval_id)).only("run_id").first() if Approval else None
+        row = Approval.objects.filter(id=as_uuid(approval_id)).only("run_id").first()
         outcome = perform(request, f"approval_{decision}", call, run_id=row.run_id if row else None,
                           target=f"approval {approval_id}", comment=comment,
                           describe=lambda r: f"{decision}ed" if decision != "edit" else "edited and accepted")

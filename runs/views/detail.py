@@ -17,6 +17,7 @@ from journal.models import (
     SideEffect,
     TraceSpan,
 )
+from journal.operations.approvals import pending_approvals
 from journal.operations.runs import refusal
 from runs import charts, stepper
 from runs.permissions import viewer_required
@@ -121,12 +122,8 @@ def _max_seq(run: Run, events: list[SessionEvent]) -> int:
 
 
 def _pending_approval(run: Run):
-    """The approval this run waits for, if the approvals engine is installed."""
-    try:
-        from journal.models import Approval  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return Approval.objects.filter(run=run, status__in=["pending", "escalated"]).order_by("requested_at").first()
+    """The approval this run waits for (the engine's inbox, narrowed to the run)."""
+    return pending_approvals().filter(run=run).first()
 
 
 @require_GET
