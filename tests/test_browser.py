@@ -384,3 +384,25 @@ def test_dark_mode_follows_the_system(browser, live_server, personas, drive):
         shot(pg, "16-run-detail-dark")
     finally:
         context.close()
+
+
+def test_a_langgraph_interrupt_waits_in_the_inbox_and_approving_it_in_the_browser_resumes_the_graph(
+        page, live_server, personas, drive):
+    from journal.contrib.langgraph import start
+    from tests.agents import langgraph_crashy  # noqa: F401  (registers lg-refund)
+
+    run_id = start("lg-refund", {"order": "A-7"})
+    drive()
+    assert Run.objects.get(id=run_id).waiting_for["kind"] == "approval"
+    login(page, live_server, "operator")
+    for question in ("manager: send 'refund order A-7'?", "finance: send 'refund order A-7'?"):
+        page.goto(f"{live_server.url}/approvals/")
+        assert question in page.inner_text("#inbox")
+        page.click(".decide button[value=accept]")
+        page.wait_for_selector("#inbox >> text=Nothing is waiting for a decision")
+        drive()  # the graph resumes from its checkpoint with the decision as interrupt()'s value
+    run = Run.objects.get(id=run_id)
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert run.output["sent"] == "refund order A-7"
+    assert [v.split(" (")[0] for v in run.output["verdicts"]] == ["manager approved", "finance approved"]
+    assert not page.js_errors, page.js_errors
