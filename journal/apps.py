@@ -1,6 +1,7 @@
 import os
 
 from django.apps import AppConfig
+from django.core.exceptions import ImproperlyConfigured
 
 
 class JournalConfig(AppConfig):
@@ -17,8 +18,11 @@ class JournalConfig(AppConfig):
 
         if any(os.environ.get(name) for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
             # Imported here because Django's app loading requires it, and only then: the otel extra is optional.
-            from journal.integrations import otel
-
+            try:
+                from journal.integrations import otel
+            except ImportError as exc:
+                raise ImproperlyConfigured(f"OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry is not installed "
+                                           f"({exc.name}): pip install 'durable-ui[otel]'") from exc
             otel.install()
         doorbell.set_backend(tasks.ring)  # seams: the store rings, Celery (a higher floor) answers;
         worker.add_housekeeping(retention.purge)  # the driver runs what the operations floor registers

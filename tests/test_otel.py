@@ -11,6 +11,7 @@ from opentelemetry.trace import StatusCode
 import journal
 from journal.integrations import otel
 from journal.models import TraceSpan
+from journal.primitives.llm_clients import ScriptedClient
 from journal.store import writer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,6 +33,12 @@ def otel_sum(ctx, n: int) -> int:
     for i in range(n):
         total = otel_add(total, i)
     return total
+
+
+@journal.workflow(name="otel-model")
+def otel_model(ctx) -> str:
+    client = ScriptedClient(model="scripted-small")
+    return ctx.model(client, [{"role": "user", "content": "hello"}])["content"]
 
 
 @journal.workflow(name="otel-fails")
@@ -63,6 +70,18 @@ def test_a_runs_spans_are_exported_as_one_trace_with_the_run_id(exported, drive)
     assert first.start_time == int(row.started_at.timestamp() * 1e9) and first.end_time >= first.start_time
 
 
+def test_a_model_call_span_carries_the_genai_attributes(exported, drive):
+    run_id = journal.start("otel-model")
+    drive()
+    run = journal.get_run(run_id)
+    assert run.status == "completed"
+    [span] = [s for s in exported() if s.context.trace_id == uuid.UUID(run_id).int]
+    attrs = span.attributes
+    assert attrs["gen_ai.request.model"] == "scripted-small" and attrs["gen_ai.operation.name"] == "chat"
+    assert attrs["gen_ai.usage.input_tokens"] > 0 and attrs["gen_ai.usage.output_tokens"] > 0
+    assert attrs["gen_ai.usage.input_tokens"] + attrs["gen_ai.usage.output_tokens"] == run.tokens
+
+
 def test_a_failed_step_is_an_error_span(exported, drive):
     run_id = journal.start("otel-fails")
     drive()
@@ -82,3 +101,15 @@ def test_a_broken_exporter_never_fails_a_run(drive):
     finally:
         writer.SPAN_LISTENERS.remove(broken)
     assert journal.get_run(run_id).status == "completed"
+
+
+def test_an_endpoint_without_the_extra_says_which_extra_to_install(monkeypatch):
+    import sys
+
+    from django.apps import apps
+    from django.core.exceptions import ImproperlyConfigured
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    monkeypatch.setitem(sys.modules, "journal.integrations.otel", None)  # as if the extra were not installed
+    with pytest.raises(ImproperlyConfigured, match=r"durable-ui\[otel\]"):
+        apps.get_app_config("journal").ready()

@@ -27,6 +27,10 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCod
 
 from journal.store import writer
 
+# The OpenTelemetry GenAI semantic conventions for what a model call's span records.
+GEN_AI_ATTRIBUTES = {"model": "gen_ai.request.model", "tokens_in": "gen_ai.usage.input_tokens",
+                     "tokens_out": "gen_ai.usage.output_tokens"}
+
 
 def _ns(value: datetime) -> int:
     return int(value.timestamp() * 1_000_000_000)
@@ -52,9 +56,11 @@ class SpanExport:
                           "durable.kind": recorded.get("kind", ""), "durable.attempt": recorded.get("attempt", 1)}
             if recorded.get("position") is not None:
                 attributes["durable.step"] = recorded["position"]
-            for name in ("model", "tokens_in", "tokens_out"):
+            for name, convention in GEN_AI_ATTRIBUTES.items():
                 if recorded.get(name):
-                    attributes[f"gen_ai.{'request.model' if name == 'model' else 'usage.' + name}"] = recorded[name]
+                    attributes[convention] = recorded[name]
+            if recorded.get("kind") == "model":
+                attributes["gen_ai.operation.name"] = "chat"
             if recorded.get("cost"):
                 attributes["durable.cost"] = float(recorded["cost"])
             span = self.tracer.start_span(recorded.get("name", "step"), context=context, attributes=attributes,
