@@ -110,6 +110,9 @@ def test_an_endpoint_without_the_extra_says_which_extra_to_install(monkeypatch):
     from django.core.exceptions import ImproperlyConfigured
 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    import journal.integrations
+
     monkeypatch.setitem(sys.modules, "journal.integrations.otel", None)  # as if the extra were not installed
+    monkeypatch.delattr(journal.integrations, "otel")
     with pytest.raises(ImproperlyConfigured, match=r"durable-ui\[otel\]"):
         apps.get_app_config("journal").ready()
