@@ -365,3 +365,10 @@ def test_every_new_operation_is_in_the_schema_with_its_statuses(client):
         documented = set(paths[path][method]["responses"])
         assert {"400", "401", "403", "404", "409", "422"} <= documented, (name, documented)
         assert documented & {"200", "201", "202"}, (name, documented)
+
+
+def test_the_navigation_links_the_api_docs(client, personas):
+    client.force_login(personas["viewer"])
+    page = client.get("/")
+    assert page.status_code == 200 and b'<a href="/api/docs">API docs</a>' in page.content
+    assert client.get("/api/docs").status_code == 200
