@@ -372,3 +372,11 @@ def test_the_navigation_links_the_api_docs(client, personas):
     page = client.get("/")
     assert page.status_code == 200 and b'<a href="/api/docs">API docs</a>' in page.content
     assert client.get("/api/docs").status_code == 200
+
+
+def test_a_page_of_runs_costs_the_same_few_queries_however_many_rows(client, robot, django_assert_max_num_queries):
+    for i in range(40):
+        journal.start("dash_ok", f"doc-{i}.txt")
+    with django_assert_max_num_queries(3):  # the token, the page; never one per row
+        body = call(client, "get", "/api/runs?limit=30&status=pending", secret=robot).json()
+    assert len(body["runs"]) == 30 and body["next"]
