@@ -19,7 +19,14 @@ from django.utils import timezone
 
 __all__ = ["API_SCOPES", "ApiToken", "WebhookDelivery", "WebhookEndpoint", "hash_secret"]
 
-API_SCOPES = ("runs:start", "runs:read", "signals:send", "approvals:decide")
+# runs:read     list and search runs, read one, its journal page by page, its state at a step, approvals
+# runs:start    start a run
+# runs:act      cancel, pause, unpause, retry, resume, compensate (the dashboard's operator actions)
+# runs:fork     time travel: fork or re-run from a step, replay-check against the current code
+# effects:resolve  decide an in-doubt effect (done with a result, retry under its key, skip)
+# signals:send  send a signal;  approvals:decide  approve or reject
+API_SCOPES = ("runs:start", "runs:read", "runs:act", "runs:fork", "effects:resolve", "signals:send",
+              "approvals:decide")
 TOKEN_PREFIX = "dui_"
 
 
