@@ -137,6 +137,7 @@ LOGOUT_REDIRECT_URL = "login"
 DURABLE_AGENT_MODULES = env_list("DURABLE_AGENT_MODULES", [])
 DURABLE_LEASE_SECONDS = env_int("DURABLE_LEASE_SECONDS", 30, minimum=1, maximum=30)
 DURABLE_MAX_PAYLOAD_BYTES = env_int("DURABLE_MAX_PAYLOAD_BYTES", 1_000_000, minimum=1024)  # UTF-8 bytes of JSON
+DURABLE_WHATIF_MODELS = env_list("DURABLE_WHATIF_MODELS", [])  # models a what-if may switch a model call to
 DURABLE_MAX_NESTING = env_int("DURABLE_MAX_NESTING", 64, minimum=8, maximum=1000)  # arrays and objects, deepest
 def _default_sandbox_root() -> str:
     """var/sandboxes in the checkout, unless a parent folder is closed to other users (a 0700 home):

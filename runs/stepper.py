@@ -13,7 +13,10 @@ from typing import Any
 import journal
 from journal.models import Checkpoint, EventKind, SessionEvent
 from journal.operations.timetravel import blob_texts, step_total
+from journal.operations.whatif import model_choices
 from runs.diffing import Change, json_diff, text_diff
+
+MODEL_PREFIX = "model:"  # the step name of a model call (journal.primitives.llm)
 
 
 @dataclass
@@ -36,6 +39,13 @@ class StepView:
     files: list[FileAtStep] = field(default_factory=list)
     checkpoint: Checkpoint | None = None
     span: dict | None = None
+    models: list[str] = field(default_factory=list)  # a model call: the models a what-if can switch it to
+
+    @property
+    def model(self) -> str:
+        """The model this step called, when it is a model call."""
+        name = self.record.step_name if self.record is not None else ""
+        return name.removeprefix(MODEL_PREFIX) if name.startswith(MODEL_PREFIX) else ""
 
     @property
     def prev(self) -> int | None:
@@ -62,6 +72,8 @@ def step_view(run, position: int, total: int | None = None) -> StepView:
                     changes=json_diff(at.previous_state, at.state), span=at.span)
     view.checkpoint = Checkpoint.objects.filter(run=run, position=position).order_by("-id").first()
     view.files = _files(at.previous_files, at.files)
+    if view.model:
+        view.models = model_choices(view.model)
     return view
 
 

@@ -406,3 +406,36 @@ def test_a_langgraph_interrupt_waits_in_the_inbox_and_approving_it_in_the_browse
     assert run.output["sent"] == "refund order A-7"
     assert [v.split(" (")[0] for v in run.output["verdicts"]] == ["manager approved", "finance approved"]
     assert not page.js_errors, page.js_errors
+
+
+def test_what_if_a_model_call_had_used_the_large_model_opens_the_compare_view(page, live_server, personas, drive,
+                                                                               monkeypatch, tmp_path):
+    from journal.models import SessionEvent
+
+    monkeypatch.delenv("DURABLE_LLM_BASE_URL", raising=False)  # the offline scripted models
+    monkeypatch.setenv("DURABLE_EXAMPLES_OUTBOX", str(tmp_path / "outbox"))
+    run_id = journal.start("research", "durable execution for AI agents")
+    drive()
+    model_steps = list(SessionEvent.objects.steps().filter(run_id=run_id, step_name__startswith="model:")
+                       .order_by("position").values_list("position", "step_name"))
+    position, used = model_steps[-1]
+    login(page, live_server, "operator")
+    page.goto(f"{live_server.url}/runs/{run_id}/?step={position}")
+    page.click("details.whatif summary")
+    assert page.input_value("#whatif-model") == used.removeprefix("model:")
+    page.select_option("#whatif-model", "scripted-large")
+    page.click("#whatif-submit")
+    page.wait_for_url(re.compile(r"/runs/compare/\?a=" + run_id + r"&b=[0-9a-f-]{36}$"))
+    fork_id = page.url.rsplit("b=", 1)[1]
+    fork = Run.objects.get(id=fork_id)
+    assert fork.forked_from_id is not None and str(fork.forked_from_id) == run_id and fork.fork_step == position
+    drive()
+    page.reload()
+    table = page.inner_text("table.compare")
+    assert "scripted-large" in table and used.removeprefix("model:") in table  # both answers, side by side
+    assert f"First divergence at step {position}" in page.inner_text("#compare-verdict")
+    shot(page, "30-what-if-compare")
+    from runs.models import AuditEntry
+
+    assert AuditEntry.objects.filter(action="whatif", ok=True).exists()
+    assert not page.js_errors, page.js_errors

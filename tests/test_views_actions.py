@@ -248,3 +248,33 @@ def test_allowed_actions_agree_with_what_the_engine_accepts(operator, demo):
 
 class Rollback(Exception):
     """Undo an accepted action so the next one sees the run as it was."""
+
+
+def test_a_what_if_forks_a_model_call_onto_another_model_and_opens_the_compare_view(operator, drive, monkeypatch,
+                                                                                      tmp_path):
+    import journal
+
+    monkeypatch.delenv("DURABLE_LLM_BASE_URL", raising=False)
+    monkeypatch.setenv("DURABLE_EXAMPLES_OUTBOX", str(tmp_path))
+    run_id = journal.start("research", "sagas")
+    drive()
+    step = SessionEvent.objects.steps().filter(run_id=run_id, step_name="model:scripted-small").first().position
+    refused = {
+        "gpt-99": "is not one of the configured models",
+        "": "choose another model or a temperature",
+    }
+    for model, message in refused.items():
+        body = act(operator, run_id, "whatif", at_step=step, model=model, used_model="scripted-small").content
+        assert message in body.decode()
+    body = act(operator, run_id, "whatif", at_step=step, model="scripted-small", used_model="scripted-small",
+               temperature="7").content.decode()
+    assert "temperature must be a number from 0 to 2" in body
+    assert Run.objects.filter(forked_from_id=run_id).count() == 0  # nothing was refused half-way
+    resp = act(operator, run_id, "whatif", at_step=step, model="scripted-large", used_model="scripted-small",
+               temperature="0.5", reason="does the big model cite better?")
+    fork = Run.objects.get(forked_from_id=run_id)
+    assert resp["HX-Redirect"] == f"{reverse('run_compare')}?a={run_id}&b={fork.id}"
+    assert fork.input["llm_override"] == {"from_step": step, "model": "scripted-large",
+                                          "params": {"temperature": 0.5}, "original_model": "scripted-small"}
+    entry = AuditEntry.objects.get(action="whatif")
+    assert entry.ok and entry.comment == "does the big model cite better?"

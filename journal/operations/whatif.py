@@ -6,8 +6,10 @@ applies it from that step on), so the new run's own replays stay deterministic.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from journal.engine.protocol import result_of
@@ -16,11 +18,21 @@ from journal.models.session import EventKind
 from journal.operations.runs import get_run
 from journal.operations.timetravel import fork
 from journal.primitives.llm import OVERRIDE_KEY
+from journal.primitives.llm_clients import prices
 from journal.store import runstate
 from journal.store.errors import BadArgumentsError, RunNotFoundError
 from journal.store.serialization import dumps, fingerprint, to_json
 
-__all__ = ["compare_runs", "fork_with_model"]
+__all__ = ["compare_runs", "fork_with_model", "model_choices"]
+
+
+def model_choices(used: str = "") -> list[str]:
+    """The models a what-if can switch a model call to: DURABLE_WHATIF_MODELS, the configured
+    DURABLE_LLM_MODEL and the models with a configured price, the one the step used first."""
+    configured = [*getattr(settings, "DURABLE_WHATIF_MODELS", []), os.environ.get("DURABLE_LLM_MODEL", ""),
+                  *prices()]
+    names = [used, *configured] if used else configured
+    return list(dict.fromkeys(name for name in names if name))
 
 
 def fork_with_model(run_id, at_step: int, *, model: str | None = None, params: dict | None = None,

@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from journal.operations.whatif import fork_with_model, model_choices
 from runs.permissions import operator_required
 from runs.views.common import Outcome, get_run_or_404, parse_int, parse_json_field, perform
 
@@ -109,6 +110,37 @@ def _do_rerun(request, run, actor):
         lambda new_id: f"re-running from step {at_step}"
 
 
+def _do_whatif(request, run, actor):
+    """Re-run from a model-call step with another model (or other parameters): the same history up to
+    that step, then every model call on the new choice; the new run opens beside its parent."""
+    at_step = parse_int(request.POST.get("at_step", ""), minimum=1)
+    if at_step is None:
+        return "choose the model-call step to re-run from", "", None
+    model, used = _text(request, "model", 200), _text(request, "used_model", 200)
+    if model and model not in model_choices(used):
+        return f"{model!r} is not one of the configured models", "", None
+    params: dict[str, Any] = {}
+    raw = _text(request, "temperature", 20)
+    if raw:
+        try:
+            temperature = float(raw)
+        except ValueError:
+            temperature = -1.0
+        if not 0.0 <= temperature <= 2.0:
+            return "temperature must be a number from 0 to 2", "", None
+        params["temperature"] = temperature
+    if model == used:
+        model = ""  # the same model: only the parameters change
+    if not model and not params:
+        return "choose another model or a temperature: otherwise this is a plain re-run", "", None
+    reason = _text(request, "reason")
+
+    def call():
+        return fork_with_model(run.id, at_step, model=model or None, params=params or None, actor=actor)
+
+    return call, reason, lambda new_id: f"what-if from step {at_step}: {model or 'the same model'} {params or ''}"
+
+
 def _do_replay_check(request, run, actor):
     import journal
 
@@ -134,6 +166,7 @@ ACTIONS: dict[str, Callable] = {
     "resolve_effect": _do_resolve,
     "fork": _do_fork,
     "rerun": _do_rerun,
+    "whatif": _do_whatif,
     "replay_check": _do_replay_check,
 }
 
@@ -151,14 +184,17 @@ def run_action(request: HttpRequest, run_id, action: str) -> HttpResponse:
         outcome = Outcome(False, call)
     else:
         outcome = perform(request, action, call, run_id=run.id, comment=comment, describe=describe)
-    new_run = str(outcome.value) if outcome.ok and action in ("fork", "rerun") else ""
+    new_run = str(outcome.value) if outcome.ok and action in ("fork", "rerun", "whatif") else ""
+    # A what-if opens beside its parent: the compare view, model answers, tokens and cost side by side.
+    target = (f"{reverse('run_compare')}?a={run.id}&b={new_run}" if action == "whatif"
+              else reverse("run_detail", args=[new_run])) if new_run else ""
     if request.htmx:
         response = render(request, "runs/detail.html#action_result",
                           {"run": run, "outcome": outcome, "action": action, "new_run": new_run})
         if new_run:
-            response["HX-Redirect"] = reverse("run_detail", args=[new_run])
+            response["HX-Redirect"] = target
         elif outcome.ok and action not in ("replay_check",):
             response["HX-Trigger"] = "run-changed"
         return response
     (messages.success if outcome.ok else messages.error)(request, outcome.message)
-    return redirect(reverse("run_detail", args=[new_run or run.id]))
+    return redirect(target or reverse("run_detail", args=[run.id]))
