@@ -144,19 +144,21 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_response(in_proc
     assert not failures, "\n\n".join(f"{k}:\n{v}" for k, v in failures.items())
 
 
-def test_unstorable_input_and_schema_mismatches_are_422_in_the_documented_shape(client, token, real):
-    """On both databases: NUL, a lone surrogate (as JSON escapes) or NaN in a payload is refused before the
-    engine is called, and ninja's own validation errors come in {"detail": str, "code": str} too."""
+def test_unstorable_input_is_400_and_schema_mismatches_422_in_the_documented_shape(client, token, real):
+    """On both databases: NUL, a lone surrogate (as JSON escapes) or NaN in a payload is refused with 400
+    before the engine is called, and ninja's own validation errors come in {"detail": str, "code": str} too."""
     auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
     url = f"/api/runs/{real['run_id'][0]}/signals"
-    bodies = ['{"name": "go\\u0000"}', '{"name": "go", "payload": {"t": "\\ud800"}}', '{"name": "go", "payload": NaN}',
-              '{"name": "go", "payload": ' + "[" * 150 + "]" * 150 + "}", '{"payload": 1}', '{"name": 5}']
-    for body in bodies:
+    unstorable = ['{"name": "go\\u0000"}', '{"name": "go", "payload": {"t": "\\ud800"}}',
+                  '{"name": "go", "payload": NaN}', '{"name": "go", "payload": ' + "[" * 150 + "]" * 150 + "}"]
+    mismatched = ['{"payload": 1}', '{"name": 5}']
+    cases = [*((b, 400, "bad_request") for b in unstorable), *((b, 422, "invalid") for b in mismatched)]
+    for body, status, code in cases:
         response = client.post(url, data=body, content_type="application/json", **auth)
-        assert response.status_code == 422, (body, response.content[:300])
+        assert response.status_code == status, (body, response.content[:300])
         answer = response.json()
         assert set(answer) == {"detail", "code"} and isinstance(answer["detail"], str), answer
-        assert answer["code"] == "invalid"
+        assert answer["code"] == code, (body, answer)
     from journal.models import Signal
 
     assert not Signal.objects.filter(run_id=real["run_id"][0]).exists(), "nothing reached the engine"

@@ -46,6 +46,7 @@ from journal.operations.approvals import (
 from runs import queries
 from runs.api.auth import TOLERANCE_SECONDS, ApiError, TokenAuth, require_scope, verify_webhook
 from runs.api.schemas import (
+    UNSTORABLE,
     ApprovalOut,
     DecisionIn,
     ErrorOut,
@@ -112,7 +113,11 @@ def _api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
 @api.exception_handler(NinjaValidationError)
 def _invalid_request(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
     """A body, path or query value that does not fit the schema. Ninja's own answer is a 422 with a
-    list in "detail", a shape the schema never declared; here it is the documented one."""
+    list in "detail", a shape the schema never declared; here it is the documented one. A value that
+    fits the schema but no database can store (NUL, a lone surrogate, NaN) is bad input: 400, as the
+    engine answers the same value from Python (SerializationError)."""
+    if exc.errors and all(UNSTORABLE in str(e.get("msg", "")) for e in exc.errors):
+        return _error(request, 400, validation_message(exc.errors), "bad_request")
     return _error(request, 422, validation_message(exc.errors), "invalid")
 
 

@@ -11,13 +11,15 @@ from pydantic import field_validator
 
 from runs.validation import unstorable
 
+UNSTORABLE = "cannot be stored"  # the mark the API's error handler answers with a 400, not a 422
+
 
 def _storable(value: Any) -> Any:
-    """Refuse (422, in the documented shape) what no database column can hold, before the engine is
+    """Refuse (400, in the documented shape) what no database column can hold, before the engine is
     called: NUL, lone surrogates, NaN/Infinity, absurd nesting (runs/validation.py)."""
     problem = unstorable(value)
     if problem:
-        raise ValueError(problem)
+        raise ValueError(f"{UNSTORABLE}: {problem}")
     return value
 
 
