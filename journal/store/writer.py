@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -30,7 +30,7 @@ from django.db import OperationalError, connection, connections, transaction
 from django.utils import timezone
 
 from journal.models import Run, SessionEvent
-from journal.store import faults, outage
+from journal.store import faults, groupcommit, outage
 from journal.store.errors import DatabaseUnavailable, LeaseLost
 from journal.store.serialization import storable_json, storable_text
 
@@ -285,6 +285,16 @@ class JournalWriter:
                  committing: list[bool]) -> None:
         last = batch[-1] if batch else None
         faults.inject("db_write", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
+        if batch and extra is None and groupcommit.enabled():
+            committing[0] = True  # the commit may be another thread's: any failure may have come after it
+            _group().submit((self, batch, span_batch))
+        else:
+            self._commit(batch, span_batch, committing, extra)
+        faults.inject("db_reply", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
+
+    def _commit(self, batch: list[Entry], span_batch: list[dict], committing: list[bool],
+                extra: Callable[[], None] | None = None) -> None:
+        """This writer's rows committed on their own: one autocommitted statement when that is all there is."""
         if len(batch) == 1 and not span_batch and extra is None:
             committing[0] = True  # autocommit: the statement is its commit
             fenced_append(self.run_id, self.epoch, batch)  # one statement, one commit
@@ -299,7 +309,6 @@ class JournalWriter:
                 if extra is not None:
                     extra()
                 committing[0] = True  # from here a failure may come after the commit went through
-        faults.inject("db_reply", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
 
     def _committed(self, batch: list[Entry]) -> bool:
         """After a failure at commit: did the write go through? (False when there is nothing to tell by.)"""
@@ -355,6 +364,76 @@ class JournalWriter:
                     return
         finally:
             connections.close_all()
+
+
+def _write_one(item: tuple[JournalWriter, list[Entry], list[dict]]) -> None:
+    writer, batch, span_batch = item
+    writer._commit(batch, span_batch, [True])
+
+
+def _write_many(items: Sequence[tuple[JournalWriter, list[Entry], list[dict]]]) -> dict[int, BaseException]:
+    """Several runs' rows in one commit, each behind its own run's fence.
+
+    PostgreSQL: one autocommitted statement for all of them (a single round trip) when no spans ride
+    along; the rows it returns say whose fence held. SQLite: one statement per run inside one
+    transaction, so one fsync for all (its statements cost no round trip)."""
+    pg = connection.vendor == "postgresql"
+    rows = sum(len(batch) for _, batch, _ in items)
+    if pg and rows <= GROUP_ROWS and not any(spans for _, _, spans in items):
+        inserted = _fenced_insert_group([(w.run_id, w.epoch, batch) for w, batch, _ in items])
+        return {i: _lost(w) for i, (w, _, _) in enumerate(items) if w.run_id not in inserted}
+    refused: dict[int, BaseException] = {}
+    with transaction.atomic():
+        for i, (writer, batch, span_batch) in enumerate(items):
+            try:
+                fenced_append(writer.run_id, writer.epoch, batch)
+            except LeaseLost as exc:
+                refused[i] = exc
+                continue
+            if span_batch:
+                _insert_spans(writer.run_id, span_batch)
+    return refused
+
+
+def _lost(writer: JournalWriter) -> LeaseLost:
+    return LeaseLost(f"run {writer.run_id} was claimed by another worker (epoch {writer.epoch} is stale)")
+
+
+GROUP_ROWS = 64  # a PostgreSQL group larger than this is written statement by statement in one transaction
+_GROUP_SQL: dict[int, str] = {}
+
+
+def _fenced_insert_group(parts: list[tuple[uuid.UUID, int, list[Entry]]]) -> set[uuid.UUID]:
+    """PostgreSQL: every part's rows in one INSERT, each row kept only if its run's epoch still holds
+    (the same share lock on the run row as the single-run fence). Returns the runs whose rows went in."""
+    rows = sum(len(entries) for _, _, entries in parts)
+    sql = _GROUP_SQL.get(rows)
+    if sql is None:
+        values = ", ".join([_PG_ROW[:-1] + ", %s::bigint)"] * rows)
+        sql = _GROUP_SQL[rows] = (
+            f"INSERT INTO journal_sessionevent ({_COLS}) SELECT {_COLS} FROM (VALUES {values}) "
+            f"AS v({_COLS}, epoch) WHERE EXISTS (SELECT 1 FROM journal_run r WHERE r.id = v.run_id "
+            "AND r.epoch = v.epoch FOR SHARE) RETURNING run_id")
+    params: list[Any] = []
+    for run_id, epoch, entries in parts:
+        for e in entries:
+            params += [run_id, e.seq, e.kind, e.position, e.step_name, e.payload, e.actor, e.created_at, epoch]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {row[0] for row in cursor.fetchall()}
+
+
+_GROUPS: dict[str, groupcommit.GroupCommit] = {}
+_GROUPS_LOCK = threading.Lock()
+
+
+def _group() -> groupcommit.GroupCommit:
+    """This process's commit queue for the database the calling thread writes to."""
+    group = _GROUPS.get(connection.alias)
+    if group is None:
+        with _GROUPS_LOCK:
+            group = _GROUPS.setdefault(connection.alias, groupcommit.GroupCommit(_write_one, _write_many))
+    return group
 
 
 _SPAN_COLS = ("span_id", "parent_span_id", "name", "kind", "position", "attempt", "status", "error", "started_at",
