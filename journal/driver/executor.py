@@ -32,6 +32,7 @@ from journal.engine.restore import prepare_sandbox
 from journal.models import EventKind, Run, RunStatus, SessionEvent, TraceSpan
 from journal.primitives import approvals, children, waits
 from journal.primitives.context import Context, _current
+from journal.store import frozen
 from journal.store.doorbell import notify
 from journal.store.errors import (
     Cancelled,
@@ -79,7 +80,7 @@ def drive(claim: Claim, worker_id: str, on_context: Callable[[Context | None], N
 
 
 def _drive_claimed(claim: Claim, worker_id: str, on_context: Callable[[Context | None], None] | None) -> str:
-    run = Run.objects.get(id=claim.run_id)
+    run = frozen.get(Run, claim.run_id)
     if run.epoch != claim.epoch:
         return "lost"
     recorded, markers, last_seq = load_journal(run.id)

@@ -18,7 +18,7 @@ from journal.driver.executor import Claim
 from journal.engine import registry
 from journal.models import Run, RunStatus
 from journal.models.run import lease_seconds
-from journal.store import faults, runstate
+from journal.store import faults, frozen, runstate
 
 
 def _take(row: dict, worker_id: str, ttl: int, **filters) -> bool:
@@ -87,6 +87,26 @@ class _GroupRoom:
         return True
 
 
+def _candidates(variant: tuple[bool, int, bool], *, now, run_id):
+    """The runs a claim may take, oldest first: ``variant`` is (one run only, how many, lock them)."""
+    one, n, lock = variant
+    qs = Run.objects.runnable(now)
+    if one:
+        qs = qs.filter(id=run_id)
+    # In SQL, so a saturated fan-out's waiting children cannot crowd other runs out of the window.
+    qs = qs.exclude(concurrency_key__in=_full_groups()).order_by("created_at")
+    if lock:
+        qs = qs.select_for_update(skip_locked=True)
+    return qs.values(*_CLAIM_FIELDS)[:n]
+
+
+_CLAIM_FIELDS = ("id", "status", "epoch", "attempts", "started_at", "lease_owner", "agent", "concurrency_key",
+                 "concurrency_limit")
+# Compiled once per limit: the claim runs on every poll of every worker (frozen.py says what it saves).
+_CANDIDATES = frozen.FrozenQuery(Run, _CLAIM_FIELDS, _candidates, now=frozen.SENTINEL_TIME,
+                                 run_id=frozen.SENTINEL_UUID)
+
+
 def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None) -> list[Claim]:
     """Claim up to ``limit`` runnable runs (or the one ``run_id``) for ``worker_id``."""
     if limit <= 0:
@@ -94,24 +114,18 @@ def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None
     ttl = ttl or lease_seconds()
     faults.inject("claim", worker=worker_id)
     now = timezone.now()
-    qs = Run.objects.runnable(now)
-    if run_id is not None:
-        qs = qs.filter(id=run_id)
-    # In SQL, so a saturated fan-out's waiting children cannot crowd other runs out of the window.
-    qs = qs.exclude(concurrency_key__in=_full_groups())
-    fields = ("id", "status", "epoch", "attempts", "started_at", "lease_owner", "agent", "concurrency_key",
-              "concurrency_limit")
+    one = run_id is not None
     claims: list[Claim] = []
     if connection.vendor == "postgresql":
         with transaction.atomic():
-            rows = list(qs.order_by("created_at").select_for_update(skip_locked=True).values(*fields)[: limit * 2])
+            rows = _CANDIDATES.rows((one, limit * 2, True), now=now, **({"run_id": run_id} if one else {}))
             for row in _eligible(rows):
                 if len(claims) >= limit:
                     break
                 _take(row, worker_id, ttl)  # the row is locked: the move cannot miss
                 claims.append(_to_claim(row, now))
         return claims
-    for row in _eligible(list(qs.order_by("created_at").values(*fields)[: limit * 4])):
+    for row in _eligible(_CANDIDATES.rows((one, limit * 4, False), now=now, **({"run_id": run_id} if one else {}))):
         if len(claims) >= limit:
             break
         if _take(row, worker_id, ttl, epoch=row["epoch"], lease_owner=row["lease_owner"]):

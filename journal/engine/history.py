@@ -26,10 +26,23 @@ from django.utils.dateparse import parse_datetime
 from journal.engine.checkpoints import checkpoint_for, decode_state
 from journal.engine.protocol import result_of
 from journal.models import EventKind, Run, SessionEvent, TraceSpan
+from journal.store import frozen
 from journal.store.errors import BadArgumentsError, RunNotFoundError
 
 MARKER_KINDS = (EventKind.WAIT_STARTED, EventKind.TIMER_STARTED, EventKind.APPROVAL_REQUESTED, EventKind.CHILD_STARTED)
 HISTORY_FORMAT = 1  # bump when the JSON shape changes
+
+
+# Every drive of every run loads its journal: both queries compile once (journal.store.frozen).
+_POSITIONED = frozen.FrozenQuery(
+    SessionEvent, ("seq", "kind", "position", "step_name", "payload"),
+    lambda _v, run_id: SessionEvent.objects.filter(run_id=run_id, position__isnull=False).order_by("seq")
+    .values("seq", "kind", "position", "step_name", "payload"), run_id=frozen.SENTINEL_UUID)
+_MARKS = frozen.FrozenQuery(
+    SessionEvent, ("last", "retry"),
+    lambda _v, run_id: SessionEvent.objects.filter(run_id=run_id).order_by().values("run_id").annotate(
+        last=Max("seq"), retry=Max("seq", filter=Q(kind=EventKind.OPERATOR_ACTION, payload__action="retry")))
+    .values("last", "retry"), run_id=frozen.SENTINEL_UUID)
 
 
 def load_journal(run_id) -> tuple[dict, dict, int]:
@@ -38,17 +51,14 @@ def load_journal(run_id) -> tuple[dict, dict, int]:
     A failed record before an operator's retry is skipped (the retry asked to run past it), and
     so are markers before it (the waits begin again).
     """
-    rows = list(
-        SessionEvent.objects.filter(run_id=run_id, position__isnull=False)
-        .values_list("seq", "kind", "position", "step_name", "payload")
-        .order_by("seq")
-    )
-    marks = SessionEvent.objects.filter(run_id=run_id).aggregate(
-        last=Max("seq"), retry=Max("seq", filter=Q(kind=EventKind.OPERATOR_ACTION, payload__action="retry")))
-    retry_seq, last_seq = marks["retry"] or 0, marks["last"] or 0
+    rows = _POSITIONED.rows(run_id=run_id)
+    marks = _MARKS.rows(run_id=run_id)
+    retry_seq, last_seq = (marks[0]["retry"] or 0, marks[0]["last"] or 0) if marks else (0, 0)
     recorded: dict[int, dict] = {}
     markers: dict[int, dict] = {}
-    for seq, kind, position, step_name, payload in rows:
+    for row in rows:
+        seq, kind, position, step_name, payload = (row["seq"], row["kind"], row["position"], row["step_name"],
+                                                   row["payload"])
         if kind == EventKind.STEP_COMPLETED:
             if "error" in payload and seq < retry_seq:
                 continue  # an operator asked to retry past this failure

@@ -14,6 +14,7 @@ from django.db import transaction
 
 from journal.engine import registry
 from journal.models import AgentPause, EventKind, Harness, Run, SessionEvent
+from journal.store import frozen
 from journal.store.doorbell import notify
 from journal.store.errors import BadArgumentsError
 from journal.store.serialization import to_json
@@ -26,6 +27,21 @@ def _workflow_name(workflow: str | Callable[..., Any]) -> str:
     if defn is None:
         raise BadArgumentsError(f"{workflow!r} is not a @journal.workflow")
     return defn.name
+
+
+_HARNESS = frozen.FrozenQuery(
+    Harness, ("id",), lambda _v, name, version, fingerprint: Harness.objects.filter(
+        name=name, version=version, fingerprint=fingerprint).order_by().values("id")[:1],
+    name="\u27e6name\u27e7", version="\u27e6version\u27e7", fingerprint="\u27e6fingerprint\u27e7")
+_FROZEN = frozen.FrozenQuery(
+    AgentPause, ("paused_by", "reason"), lambda _v, agent: AgentPause.objects.filter(agent=agent).order_by("pk")
+    .values("paused_by", "reason")[:1], agent="\u27e6agent\u27e7")
+
+
+def harness_id_for(defn: registry.WorkflowDef) -> int:
+    """The id of the workflow version's harness row: one compiled SELECT once it exists."""
+    found = _HARNESS.rows(name=defn.name, version=defn.version, fingerprint=defn.fingerprint)
+    return found[0]["id"] if found else harness_for(defn).id
 
 
 def harness_for(defn: registry.WorkflowDef) -> Harness:
@@ -60,20 +76,21 @@ def start_run(workflow: str | Callable[..., Any], args: tuple | list = (), kwarg
         raise BadArgumentsError(f"durability must be one of {registry.DURABILITY_MODES}")
     if checkpoint is not None and checkpoint not in registry.CHECKPOINT_POLICIES:
         raise BadArgumentsError(f"checkpoint must be one of {registry.CHECKPOINT_POLICIES}")
-    harness = harness_for(defn)
-    frozen = AgentPause.objects.filter(agent=defn.name).first()
-    with transaction.atomic():
-        run = Run.objects.create(
-            **({"paused": True, "paused_by": frozen.paused_by, "pause_reason": f"agent paused: {frozen.reason}"}
-               if frozen else {}),
-            **({"id": run_id} if run_id else {}),  # a parent records its child's id before creating it
-            agent=defn.name, harness=harness, version=defn.version, fingerprint=defn.fingerprint,
-            input=run_input, durability=durability or defn.durability,
-            checkpoint_policy=checkpoint or defn.checkpoint, created_by=actor, parent_id=parent_id,
-            concurrency_key=concurrency_key, concurrency_limit=concurrency_limit,
-        )
-        SessionEvent.objects.create(run=run, seq=1, kind=EventKind.RUN_STARTED, actor=actor,
-                                    payload={"input": run_input, "version": defn.version,
-                                             "fingerprint": defn.fingerprint})
+    harness_id = harness_id_for(defn)
+    freeze = _FROZEN.rows(agent=defn.name)
+    run = Run(
+        **({"paused": True, "paused_by": freeze[0]["paused_by"],
+            "pause_reason": f"agent paused: {freeze[0]['reason']}"} if freeze else {}),
+        **({"id": run_id} if run_id else {}),  # a parent records its child's id before creating it
+        agent=defn.name, harness_id=harness_id, version=defn.version, fingerprint=defn.fingerprint,
+        input=run_input, durability=durability or defn.durability,
+        checkpoint_policy=checkpoint or defn.checkpoint, created_by=actor, parent_id=parent_id,
+        concurrency_key=concurrency_key, concurrency_limit=concurrency_limit,
+    )
+    started = SessionEvent(run_id=run.id, seq=1, kind=EventKind.RUN_STARTED, actor=actor,
+                           payload={"input": run_input, "version": defn.version, "fingerprint": defn.fingerprint})
+    with transaction.atomic():  # two compiled INSERTs: the run and its first event, or neither
+        frozen.insert(run)
+        frozen.insert(started)
         notify(run.id)
     return str(run.id)

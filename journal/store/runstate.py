@@ -25,6 +25,7 @@ from django.db import connection
 from django.db.models import F, Max
 
 from journal.models import LIVE_STATUSES, TERMINAL_STATUSES, Run, RunStatus, SessionEvent
+from journal.store import frozen
 from journal.store.errors import LeaseLost, RunStateError
 
 S = RunStatus
@@ -127,10 +128,10 @@ def move(run_id, target: str, *, cause: Cause, sources: Iterable[str], at_epoch:
     (what a wake-up waits for); ``fields`` are written with the status.
     """
     sources = check(sources, target, cause)
-    qs = Run.objects.filter(id=run_id, status__in=sources, **(filters or {}))
+    where = {"id": run_id, "status__in": sources, **(filters or {})}
     if at_epoch is not None:
-        qs = qs.filter(epoch=at_epoch)
-    moved = qs.update(status=target, **fields) == 1
+        where["epoch"] = at_epoch
+    moved = frozen.update(Run.objects, where, {"status": target, **fields}) == 1
     if moved and event is not None:
         append_event(run_id, event, payload or {}, actor=actor)
     return moved
@@ -139,7 +140,8 @@ def move(run_id, target: str, *, cause: Cause, sources: Iterable[str], at_epoch:
 def move_fenced(run_id, epoch: int, target: str, *, cause: Cause, sources: Iterable[str], **fields: Any) -> None:
     """The driving worker's move: fenced by its claim's epoch; LeaseLost if another worker took the run."""
     sources = check(sources, target, cause)
-    if Run.objects.filter(id=run_id, epoch=epoch, status__in=sources).update(status=target, **fields) != 1:
+    if frozen.update(Run.objects, {"id": run_id, "epoch": epoch, "status__in": sources},
+                     {"status": target, **fields}) != 1:
         raise LeaseLost(f"run {run_id} was claimed by another worker")
 
 

@@ -1,0 +1,100 @@
+"""The engine's compiled hot queries answer exactly what the ORM answers, with the same Python types."""
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db.models import F
+from django.utils import timezone
+
+import journal
+from journal.driver import leases
+from journal.engine.history import load_journal
+from journal.models import AgentPause, EventKind, Run, RunStatus, SessionEvent
+from journal.store import frozen
+from tests.agents import crashy  # noqa: F401 - registers the workflows these tests start
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _orm_candidates(now, run_id=None, n=8):
+    qs = Run.objects.runnable(now)
+    if run_id is not None:
+        qs = qs.filter(id=run_id)
+    return list(qs.exclude(concurrency_key__in=leases._full_groups()).order_by("created_at")
+                .values(*leases._CLAIM_FIELDS)[:n])
+
+
+def test_the_compiled_claim_query_finds_what_the_orm_finds_with_fresh_values_each_call():
+    now = timezone.now()
+    ids = [uuid.UUID(journal.start("twelve")) for _ in range(5)]
+    Run.objects.filter(id=ids[1]).update(status=RunStatus.SUSPENDED, wake_at=now + timedelta(hours=1))
+    Run.objects.filter(id=ids[2]).update(status=RunStatus.SUSPENDED, wake_at=now - timedelta(seconds=1))
+    Run.objects.filter(id=ids[3]).update(status=RunStatus.RUNNING, lease_owner="gone",
+                                         lease_expires_at=now - timedelta(seconds=1), started_at=now)
+    Run.objects.filter(id=ids[4]).update(paused=True)
+    for when in (now, now + timedelta(hours=2)):  # the same compiled SQL, a later time: the timer is due
+        rows = leases._CANDIDATES.rows((False, 8, False), now=when)
+        assert rows == _orm_candidates(when)
+    assert {r["id"] for r in leases._CANDIDATES.rows((False, 8, False), now=now)} == {ids[0], ids[2], ids[3]}
+    [row] = leases._CANDIDATES.rows((True, 4, False), now=now, run_id=ids[3])
+    assert row == _orm_candidates(now, ids[3])[0]
+    assert isinstance(row["id"], uuid.UUID) and row["started_at"].tzinfo is not None
+    assert leases._CANDIDATES.rows((True, 4, False), now=now, run_id=str(ids[1])) == []
+
+
+def test_a_value_the_query_does_not_use_is_refused_rather_than_ignored():
+    query = frozen.FrozenQuery(Run, ("id",), lambda _v, run_id: Run.objects.filter(status="pending").values("id"),
+                               run_id=frozen.SENTINEL_UUID)
+    with pytest.raises(ValueError, match="run_id"):
+        query.rows(run_id=uuid.uuid4())
+
+
+def test_get_builds_the_model_the_orm_would():
+    parent = journal.start("twelve")
+    child = journal.start_run("twelve", (), {}, parent_id=parent)
+    got, expected = frozen.get(Run, uuid.UUID(child)), Run.objects.get(id=child)
+    for field in Run._meta.concrete_fields:
+        assert getattr(got, field.attname) == getattr(expected, field.attname), field.attname
+        assert type(getattr(got, field.attname)) is type(getattr(expected, field.attname)), field.attname
+    assert got.parent_id == uuid.UUID(parent) and not got._state.adding
+    with pytest.raises(Run.DoesNotExist):
+        frozen.get(Run, uuid.uuid4())
+
+
+def test_update_writes_what_the_orm_writes_and_leaves_expressions_to_it():
+    a, b = journal.start("twelve"), journal.start("twelve")
+    now = timezone.now()
+    moved = frozen.update(Run.objects, {"id": a, "status__in": ["pending", "suspended"], "epoch": 0},
+                          {"status": RunStatus.RUNNING, "lease_owner": "w", "lease_expires_at": now,
+                           "waiting_for": {"kind": "signal"}, "progress": None})
+    assert moved == 1
+    run = Run.objects.get(id=a)
+    assert (run.status, run.lease_owner, run.lease_expires_at, run.waiting_for, run.progress) == (
+        "running", "w", now, {"kind": "signal"}, None)
+    assert frozen.update(Run.objects, {"id": a, "status__in": ["pending"]}, {"status": "failed"}) == 0
+    assert frozen.update(Run.objects, {"id": b}, {"tokens": F("tokens") + 5}) == 1  # through the ORM
+    assert Run.objects.get(id=b).tokens == 5
+
+
+def test_start_writes_the_run_and_its_first_event_as_the_orm_did():
+    AgentPause.objects.create(agent="twelve", paused_by="ops", reason="maintenance")
+    run_id = journal.start("twelve", 3, 0)
+    run = Run.objects.get(id=run_id)
+    assert run.paused and run.paused_by == "ops" and run.pause_reason == "agent paused: maintenance"
+    assert run.input == {"args": [3, 0], "kwargs": {}} and run.harness.name == "twelve"
+    assert run.created_at is not None and run.updated_at is not None
+    [event] = SessionEvent.objects.filter(run_id=run_id)
+    assert (event.seq, event.kind, event.payload["input"]) == (1, EventKind.RUN_STARTED, run.input)
+
+
+def test_load_journal_reads_what_the_orm_reads(drive):
+    run_id = journal.start("twelve", 4, 2)
+    drive()
+    recorded, markers, last = load_journal(run_id)
+    rows = list(SessionEvent.objects.filter(run_id=run_id, position__isnull=False, kind=EventKind.STEP_COMPLETED)
+                .order_by("seq").values("position", "seq", "payload"))
+    assert sorted(recorded) == [r["position"] for r in rows]
+    assert all(recorded[r["position"]]["payload"] == r["payload"] for r in rows)
+    assert last == SessionEvent.objects.filter(run_id=run_id).count()
+    assert load_journal(uuid.uuid4()) == ({}, {}, 0)
