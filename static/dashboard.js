@@ -24,8 +24,9 @@
     if (!nav || !window.htmx) return;
     var total = parseInt(nav.dataset.total, 10);
     n = Math.max(1, Math.min(total, n));
-    htmx.ajax("GET", "?step=" + n + "&fragment=journal", {target: "#journal", swap: "outerHTML"}).then(function () {
-      history.pushState({}, "", "?step=" + n);
+    var url = nav.dataset.url || "";
+    htmx.ajax("GET", url + "?step=" + n + "&fragment=journal", {target: "#journal", swap: "outerHTML"}).then(function () {
+      history.pushState({}, "", url + "?step=" + n);
     });
   }
 
@@ -114,7 +115,9 @@
     var tab = ev.target.closest && ev.target.closest("[role=tab]");
     if (tab) selectTab(tab);
   });
+  var chosenTab = null;  // kept across a redraw of the tabs (the window of steps moved)
   function selectTab(tab) {
+    chosenTab = tab.id;
     var list = tab.parentElement;
     list.querySelectorAll("[role=tab]").forEach(function (t) {
       var on = t === tab;
@@ -142,6 +145,14 @@
       }
       Plotly.newPlot(el, fig.data, fig.layout, {displaylogo: false, responsive: true});
       el.dataset.drawn = "1";
+      if (fig.layout.meta && fig.layout.meta.click === "step") {
+        // the timeline: a click on a bar opens that bar's step in the stepper (its position is the customdata)
+        el.on("plotly_click", function (ev) {
+          var point = ev && ev.points && ev.points[0];
+          var position = point ? parseInt(point.customdata, 10) : NaN;
+          if (position > 0) stepTo(position);
+        });
+      }
     });
   }
   window.addEventListener("load", function () { drawCharts(document); });
@@ -162,5 +173,9 @@
     var flash = document.getElementById("flash");
     if (flash) { flash.textContent = "Cannot reach the server; retrying on the next poll."; flash.className = "msg warning"; flash.hidden = false; }
   });
-  document.addEventListener("htmx:afterSettle", function (ev) { drawCharts(ev.target); });
+  document.addEventListener("htmx:afterSettle", function () {
+    drawCharts(document);  // only what is not drawn yet: a swapped-in timeline
+    var tab = chosenTab && document.getElementById(chosenTab);
+    if (tab && tab.getAttribute("aria-selected") !== "true") selectTab(tab);
+  });
 })();
