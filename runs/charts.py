@@ -18,15 +18,19 @@ STATUS_COLORS = {
 KIND_COLORS = {"step": "#2f7ed8", "effect": "#c46f2a", "model": "#a66cd9", "tool": "#2e9e5b", "sandbox": "#16998f",
                "wait": "#8a8f98", "compensation": "#7a5a3a", "run": "#444"}
 
-_LAYOUT = {"margin": {"l": 50, "r": 50, "t": 60, "b": 40}, "height": 280, "paper_bgcolor": "rgba(0,0,0,0)",
+# The title sits at the top left of the figure and the legend on its own line between the title and the
+# plot (left-aligned, bottom-anchored at the plot's top edge), so a long legend wraps instead of
+# running over the title.
+_LAYOUT = {"margin": {"l": 50, "r": 50, "t": 78, "b": 40}, "height": 300, "paper_bgcolor": "rgba(0,0,0,0)",
            "plot_bgcolor": "rgba(0,0,0,0)",
-           "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.02, "yanchor": "bottom"}}
+           "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": 1.0, "yanchor": "bottom"}}
 # Days are categories: a date axis with one day of data zooms to milliseconds.
 _DAY_AXIS = {"type": "category", "automargin": True}
 
 
 def _layout(title: str, **extra) -> dict:
-    layout = {**_LAYOUT, "title": {"text": title, "font": {"size": 14}, "x": 0.02, "xanchor": "left"},
+    layout = {**_LAYOUT, "title": {"text": title, "font": {"size": 14}, "x": 0.02, "xanchor": "left",
+                                   "y": 0.98, "yanchor": "top", "yref": "container"},
               "xaxis": dict(_DAY_AXIS)}
     layout.update(extra)
     return layout
@@ -99,9 +103,20 @@ def cost_per_day(rows: Iterable[tuple[date | datetime | str, float, int]]) -> di
         tokens[d] += int(t or 0)
     x = sorted(cost)
     return {"data": [{"type": "bar", "name": "cost", "x": x, "y": [round(cost[d], 4) for d in x]},
-                     {"type": "scatter", "mode": "lines", "name": "tokens", "x": x, "y": [tokens[d] for d in x],
-                      "yaxis": "y2"}],
-            "layout": _layout("Cost and tokens per day", yaxis2={"overlaying": "y", "side": "right"})}
+                     {"type": "scatter", "mode": "lines+markers", "name": "tokens", "x": x,
+                      "y": [tokens[d] for d in x], "yaxis": "y2"}],
+            "layout": _layout("Cost and tokens per day", yaxis={"rangemode": "nonnegative", "automargin": True},
+                              yaxis2=_count_axis(max(tokens.values(), default=0)))}
+
+
+def _count_axis(top: int) -> dict:
+    """A right-hand axis of whole numbers that starts at zero: plotly's own ticks for a small range are
+    fractions, which an integer format prints as one value repeated (0, 0, 1, 1, 2)."""
+    axis = {"overlaying": "y", "side": "right", "rangemode": "nonnegative", "automargin": True, "tickformat": "~s",
+            "title": {"text": "tokens"}}
+    if top < 10:
+        axis.update(range=[0, max(top, 1) * 1.15], dtick=1, tickformat="d")
+    return axis
 
 
 def _plotly_time(value: datetime | str | None) -> str | None:
@@ -162,15 +177,15 @@ def waterfall(rows: Iterable[dict], aggregated: bool = False) -> dict:
             "type": "bar", "orientation": "h", "name": kind,
             "y": [labels[i] for i in idx], "x": [round(d, 3) for d in durations],
             "base": [_plotly_time(r["started_at"]) for r in items],
-            "customdata": [r.get("position") for r in items], "text": hover,
+            "customdata": [r.get("position") for r in items], "text": hover, "textposition": "none",
             "marker": {"color": ["#d64545" if bad else KIND_COLORS.get(kind, "#999") for bad in failed],
                        "line": {"width": 0}},
             "hovertemplate": "%{y}<br>%{x:,.1f} ms · %{text}<br>click: go to step %{customdata}<extra>"
                              + kind + "</extra>",
         })
     height = max(160, ROW_PX * len(rows) + 90)
-    layout = _layout("Timeline", height=height, barmode="overlay",
-                     margin={"l": 10, "r": 20, "t": 60, "b": 40},
+    layout = _layout("", height=height, barmode="overlay",
+                     margin={"l": 10, "r": 20, "t": 30, "b": 40},
                      xaxis={"type": "date", "automargin": True, "title": {"text": "time (UTC)"}},
                      yaxis={"type": "category", "categoryorder": "array", "categoryarray": labels,
                             "autorange": "reversed", "automargin": True, "tickmode": "array",

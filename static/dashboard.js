@@ -157,6 +157,20 @@
   }
   window.addEventListener("load", function () { drawCharts(document); });
 
+  // On a phone the navigation folds behind "Menu" (the CSS shows the button only on narrow screens).
+  function foldNav(folded) {
+    var top = document.querySelector(".top");
+    var toggle = document.getElementById("nav-toggle");
+    if (!top || !toggle) return;
+    top.classList.toggle("folded", folded);
+    toggle.setAttribute("aria-expanded", folded ? "false" : "true");
+  }
+  document.addEventListener("DOMContentLoaded", function () { foldNav(true); });
+  document.addEventListener("click", function (ev) {
+    var toggle = ev.target.closest && ev.target.closest("[data-nav-toggle]");
+    if (toggle) foldNav(toggle.getAttribute("aria-expanded") === "true");
+  });
+
   // htmx does not swap error responses: say what happened instead of doing nothing.
   document.addEventListener("htmx:responseError", function (ev) {
     var xhr = ev.detail.xhr;
@@ -173,9 +187,11 @@
     var flash = document.getElementById("flash");
     if (flash) { flash.textContent = "Cannot reach the server; retrying on the next poll."; flash.className = "msg warning"; flash.hidden = false; }
   });
-  document.addEventListener("htmx:afterSettle", function () {
-    drawCharts(document);  // only what is not drawn yet: a swapped-in timeline
+  // htmx:load fires on swapped-in content once it is in the page (an outerHTML swap's afterSettle fires
+  // on the element it replaced, which no longer bubbles to document)
+  document.addEventListener("htmx:load", function (ev) {
+    drawCharts(ev.target);  // a swapped-in timeline
     var tab = chosenTab && document.getElementById(chosenTab);
-    if (tab && tab.getAttribute("aria-selected") !== "true") selectTab(tab);
+    if (tab && ev.target.contains(tab) && tab.getAttribute("aria-selected") !== "true") selectTab(tab);
   });
 })();
