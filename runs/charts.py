@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 
 STATUS_COLORS = {
     "pending": "#8a8f98", "running": "#2f7ed8", "suspended": "#a66cd9", "completed": "#2e9e5b",
@@ -18,15 +18,19 @@ STATUS_COLORS = {
 KIND_COLORS = {"step": "#2f7ed8", "effect": "#c46f2a", "model": "#a66cd9", "tool": "#2e9e5b", "sandbox": "#16998f",
                "wait": "#8a8f98", "compensation": "#7a5a3a", "run": "#444"}
 
-_LAYOUT = {"margin": {"l": 50, "r": 50, "t": 60, "b": 40}, "height": 280, "paper_bgcolor": "rgba(0,0,0,0)",
+# The title sits at the top left of the figure and the legend on its own line between the title and the
+# plot (left-aligned, bottom-anchored at the plot's top edge), so a long legend wraps instead of
+# running over the title.
+_LAYOUT = {"margin": {"l": 50, "r": 50, "t": 78, "b": 40}, "height": 300, "paper_bgcolor": "rgba(0,0,0,0)",
            "plot_bgcolor": "rgba(0,0,0,0)",
-           "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.02, "yanchor": "bottom"}}
+           "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": 1.0, "yanchor": "bottom"}}
 # Days are categories: a date axis with one day of data zooms to milliseconds.
 _DAY_AXIS = {"type": "category", "automargin": True}
 
 
 def _layout(title: str, **extra) -> dict:
-    layout = {**_LAYOUT, "title": {"text": title, "font": {"size": 14}, "x": 0.02, "xanchor": "left"},
+    layout = {**_LAYOUT, "title": {"text": title, "font": {"size": 14}, "x": 0.02, "xanchor": "left",
+                                   "y": 0.98, "yanchor": "top", "yref": "container"},
               "xaxis": dict(_DAY_AXIS)}
     layout.update(extra)
     return layout
@@ -99,30 +103,93 @@ def cost_per_day(rows: Iterable[tuple[date | datetime | str, float, int]]) -> di
         tokens[d] += int(t or 0)
     x = sorted(cost)
     return {"data": [{"type": "bar", "name": "cost", "x": x, "y": [round(cost[d], 4) for d in x]},
-                     {"type": "scatter", "mode": "lines", "name": "tokens", "x": x, "y": [tokens[d] for d in x],
-                      "yaxis": "y2"}],
-            "layout": _layout("Cost and tokens per day", yaxis2={"overlaying": "y", "side": "right"})}
+                     {"type": "scatter", "mode": "lines+markers", "name": "tokens", "x": x,
+                      "y": [tokens[d] for d in x], "yaxis": "y2"}],
+            "layout": _layout("Cost and tokens per day", yaxis={"rangemode": "nonnegative", "automargin": True},
+                              yaxis2=_count_axis(max(tokens.values(), default=0)))}
 
 
-def gantt(spans: Iterable[dict]) -> dict:
-    """A Gantt chart of a run's spans: dicts with name, kind, position, started_at, duration_ms, status."""
-    rows = list(spans)
+def _count_axis(top: int) -> dict:
+    """A right-hand axis of whole numbers that starts at zero: plotly's own ticks for a small range are
+    fractions, which an integer format prints as one value repeated (0, 0, 1, 1, 2)."""
+    axis = {"overlaying": "y", "side": "right", "rangemode": "nonnegative", "automargin": True, "tickformat": "~s",
+            "title": {"text": "tokens"}}
+    if top < 10:
+        axis.update(range=[0, max(top, 1) * 1.15], dtick=1, tickformat="d")
+    return axis
+
+
+def _plotly_time(value: datetime | str | None) -> str | None:
+    """A timestamp as plotly.js reads it: naive UTC with microseconds (it drops a zone suffix unreliably)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    return str(value)
+
+
+def _ms_between(start: datetime | str, end: datetime | str | None, fallback: float) -> float:
+    if isinstance(start, datetime) and isinstance(end, datetime):
+        return max((end - start).total_seconds() * 1000.0, fallback)
+    return fallback
+
+
+ROW_PX = 20  # one row per span: every label has room, so plotly never skips one
+
+
+def waterfall(rows: Iterable[dict], aggregated: bool = False) -> dict:
+    """A waterfall of a run's spans in time order: one row per span (or, ``aggregated``, per step name),
+    a bar from its start to its end, coloured by kind (errors red), its step position in ``customdata``
+    so a click can move the stepper there.
+
+    Span rows: name, kind, position, attempt, status, started_at, ended_at, duration_ms.
+    Aggregated rows: name, kind, position, last_position, started_at, ended_at, count, errors.
+    """
+    rows = sorted(rows, key=lambda r: (_plotly_time(r["started_at"]) or ""))
+    labels: list[str] = []
+    seen: dict[str, int] = defaultdict(int)
+    for r in rows:
+        if aggregated:
+            label = f"{r.get('name', '')} ×{r.get('count', 0)}"
+        else:
+            label = f"{r.get('position') or '-'} {r.get('name', '')}"
+            if (r.get("attempt") or 1) > 1:
+                label += f" (attempt {r['attempt']})"
+        seen[label] += 1
+        labels.append(label if seen[label] == 1 else f"{label} [{seen[label]}]")  # a category per row
+    by_kind: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        by_kind[r.get("kind") or "step"].append(i)
     data = []
-    by_kind: dict[str, list[dict]] = defaultdict(list)
-    for s in rows:
-        by_kind[s.get("kind") or "step"].append(s)
-    for kind, items in by_kind.items():
+    for kind, idx in by_kind.items():
+        items = [rows[i] for i in idx]
+        failed = [bool(r.get("errors")) if aggregated else r.get("status") == "error" for r in items]
+        if aggregated:
+            durations = [_ms_between(r["started_at"], r.get("ended_at"), 0.5) for r in items]
+            hover = [f"{r.get('count', 0)} spans, steps {r.get('position')}–{r.get('last_position')}"
+                     + (f", {r['errors']} failed" if r.get("errors") else "") for r in items]
+        else:
+            durations = [max(float(r.get("duration_ms") or 0), 0.5) for r in items]
+            hover = [r.get("status") or "" for r in items]
         data.append({
             "type": "bar", "orientation": "h", "name": kind,
-            "y": [f"{s.get('position') or '-'} {s.get('name', '')}" for s in items],
-            "x": [max(float(s.get("duration_ms") or 0), 0.5) for s in items],
-            "base": [s["started_at"].isoformat() if isinstance(s["started_at"], datetime) else str(s["started_at"])
-                     for s in items],
-            "marker": {"color": [KIND_COLORS.get(kind, "#999") if s.get("status") != "error" else "#d64545"
-                                 for s in items]},
-            "hovertemplate": "%{y}<br>%{x:.1f} ms<extra>" + kind + "</extra>",
+            "y": [labels[i] for i in idx], "x": [round(d, 3) for d in durations],
+            "base": [_plotly_time(r["started_at"]) for r in items],
+            "customdata": [r.get("position") for r in items], "text": hover, "textposition": "none",
+            "marker": {"color": ["#d64545" if bad else KIND_COLORS.get(kind, "#999") for bad in failed],
+                       "line": {"width": 0}},
+            "hovertemplate": "%{y}<br>%{x:,.1f} ms · %{text}<br>click: go to step %{customdata}<extra>"
+                             + kind + "</extra>",
         })
-    height = max(160, min(900, 26 * len(rows) + 80))
-    return {"data": data, "layout": _layout("Timeline", height=height, barmode="overlay",
-                                            xaxis={"type": "date"}, yaxis={"autorange": "reversed", "automargin": True},
-                                            showlegend=len(data) > 1)}
+    height = max(160, ROW_PX * len(rows) + 90)
+    layout = _layout("", height=height, barmode="overlay",
+                     margin={"l": 10, "r": 20, "t": 30, "b": 40},
+                     xaxis={"type": "date", "automargin": True, "title": {"text": "time (UTC)"}},
+                     yaxis={"type": "category", "categoryorder": "array", "categoryarray": labels,
+                            "autorange": "reversed", "automargin": True, "tickmode": "array",
+                            "tickvals": labels, "ticktext": labels, "tickfont": {"size": 11}},
+                     showlegend=len(data) > 1, hovermode="closest", dragmode="zoom")
+    layout["meta"] = {"click": "step"}  # dashboard.js: a click on a bar moves the stepper to its step
+    return {"data": data, "layout": layout}

@@ -24,8 +24,9 @@
     if (!nav || !window.htmx) return;
     var total = parseInt(nav.dataset.total, 10);
     n = Math.max(1, Math.min(total, n));
-    htmx.ajax("GET", "?step=" + n + "&fragment=journal", {target: "#journal", swap: "outerHTML"}).then(function () {
-      history.pushState({}, "", "?step=" + n);
+    var url = nav.dataset.url || "";
+    htmx.ajax("GET", url + "?step=" + n + "&fragment=journal", {target: "#journal", swap: "outerHTML"}).then(function () {
+      history.pushState({}, "", url + "?step=" + n);
     });
   }
 
@@ -114,7 +115,9 @@
     var tab = ev.target.closest && ev.target.closest("[role=tab]");
     if (tab) selectTab(tab);
   });
+  var chosenTab = null;  // kept across a redraw of the tabs (the window of steps moved)
   function selectTab(tab) {
+    chosenTab = tab.id;
     var list = tab.parentElement;
     list.querySelectorAll("[role=tab]").forEach(function (t) {
       var on = t === tab;
@@ -142,9 +145,31 @@
       }
       Plotly.newPlot(el, fig.data, fig.layout, {displaylogo: false, responsive: true});
       el.dataset.drawn = "1";
+      if (fig.layout.meta && fig.layout.meta.click === "step") {
+        // the timeline: a click on a bar opens that bar's step in the stepper (its position is the customdata)
+        el.on("plotly_click", function (ev) {
+          var point = ev && ev.points && ev.points[0];
+          var position = point ? parseInt(point.customdata, 10) : NaN;
+          if (position > 0) stepTo(position);
+        });
+      }
     });
   }
   window.addEventListener("load", function () { drawCharts(document); });
+
+  // On a phone the navigation folds behind "Menu" (the CSS shows the button only on narrow screens).
+  function foldNav(folded) {
+    var top = document.querySelector(".top");
+    var toggle = document.getElementById("nav-toggle");
+    if (!top || !toggle) return;
+    top.classList.toggle("folded", folded);
+    toggle.setAttribute("aria-expanded", folded ? "false" : "true");
+  }
+  document.addEventListener("DOMContentLoaded", function () { foldNav(true); });
+  document.addEventListener("click", function (ev) {
+    var toggle = ev.target.closest && ev.target.closest("[data-nav-toggle]");
+    if (toggle) foldNav(toggle.getAttribute("aria-expanded") === "true");
+  });
 
   // htmx does not swap error responses: say what happened instead of doing nothing.
   document.addEventListener("htmx:responseError", function (ev) {
@@ -162,5 +187,11 @@
     var flash = document.getElementById("flash");
     if (flash) { flash.textContent = "Cannot reach the server; retrying on the next poll."; flash.className = "msg warning"; flash.hidden = false; }
   });
-  document.addEventListener("htmx:afterSettle", function (ev) { drawCharts(ev.target); });
+  // htmx:load fires on swapped-in content once it is in the page (an outerHTML swap's afterSettle fires
+  // on the element it replaced, which no longer bubbles to document)
+  document.addEventListener("htmx:load", function (ev) {
+    drawCharts(ev.target);  // a swapped-in timeline
+    var tab = chosenTab && document.getElementById(chosenTab);
+    if (tab && ev.target.contains(tab) && tab.getAttribute("aria-selected") !== "true") selectTab(tab);
+  });
 })();

@@ -168,23 +168,23 @@ def test_the_stepper_poll_redraws_only_when_the_total_grew(client, personas, dri
     assert 'id="stepper-poll"' not in client.get(url).content.decode()
 
 
-def test_tab_counts_and_the_timeline_say_when_they_are_cut_off(client, personas, drive, monkeypatch):
+def test_tab_counts_are_totals_and_a_capped_tab_says_how_much_it_shows(client, personas, drive, monkeypatch):
     import journal
     from journal.models import TraceSpan
-    from runs.views import detail
+    from runs import window
 
     run_id = journal.start("dash_many", 5)
     drive()
     spans = TraceSpan.objects.filter(run_id=run_id).count()
     assert spans >= 5
-    monkeypatch.setattr(detail, "TAB_ROWS", 2)
+    monkeypatch.setattr(window, "TAB_ROWS", 2)
     client.force_login(personas["viewer"])
     body = client.get(reverse("run_detail", args=[run_id])).content.decode()
-    assert f"Trace (first 2 of {spans})" in body
-    assert 'id="timeline-cut"' in body and f"Showing the first 2 of {spans} spans" in body
-    monkeypatch.setattr(detail, "TAB_ROWS", 200)
+    assert f"Trace ({spans})" in body
+    assert f"The first 2 of {spans} spans of steps 1–" in body and body.count("<tr><td><a href=\"?step=") >= 2
+    monkeypatch.setattr(window, "TAB_ROWS", 200)
     whole = client.get(reverse("run_detail", args=[run_id])).content.decode()
-    assert f"Trace ({spans})" in whole and 'id="timeline-cut"' not in whole
+    assert f"Trace ({spans})" in whole and 'id="trace-note"' not in whole and "Showing the first" not in whole
 
 
 def test_the_events_list_pages_with_a_cursor_up_to_where_the_tail_starts(client, personas, drive, monkeypatch):

@@ -126,9 +126,9 @@ def test_chart_builders_are_pure_and_correct():
     assert charts.runs_by_status([])["data"] == []
 
 
-def test_gantt_has_one_bar_per_span_coloured_by_kind():
+def test_the_waterfall_has_one_bar_per_span_coloured_by_kind():
     start = timezone.now()
-    fig = charts.gantt([{"name": "a", "kind": "step", "position": 1, "started_at": start, "duration_ms": 5,
+    fig = charts.waterfall([{"name": "a", "kind": "step", "position": 1, "started_at": start, "duration_ms": 5,
                          "status": "ok"},
                         {"name": "b", "kind": "model", "position": 2, "started_at": start, "duration_ms": 0,
                          "status": "error"}])

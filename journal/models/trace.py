@@ -39,7 +39,11 @@ class TraceSpan(models.Model):
 
     class Meta:
         ordering = ["run", "started_at", "id"]
-        indexes = [models.Index(fields=["run", "started_at"], name="span_run_time")]
+        indexes = [
+            models.Index(fields=["run", "started_at"], name="span_run_time"),
+            # the run page's timeline and Trace tab read a window of step positions of a long run
+            models.Index(fields=["run", "position"], name="span_run_position"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} {self.duration_ms:.1f}ms"

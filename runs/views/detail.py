@@ -19,11 +19,11 @@ from journal.models import (
 )
 from journal.operations.approvals import pending_approvals
 from journal.operations.runs import refusal
-from runs import charts, stepper
+from runs import charts, stepper, window
 from runs.permissions import viewer_required
 from runs.views.common import get_run_or_404, parse_int
 
-EVENTS_PAGE = 100  # the first events; the stepper and the tail reach the rest
+EVENTS_PAGE = 100  # events of the window's steps per page; the next page is a click away
 TAB_ROWS = 200
 TAIL_ROWS = 200
 # offered only where the engine allows them (journal.operations.runs.refusal says why not)
@@ -42,18 +42,19 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     run = get_run_or_404(run_id)
     total = stepper.total_steps(run)
     step = stepper.step_view(run, _int(request.GET.get("step"), total or 1), total) if total else None
-    if request.htmx and request.GET.get("fragment") == "journal":
+    # a history restore (Back after an htmx swap) asks for the page a pushed URL names: the whole page
+    fragment = request.GET.get("fragment") if request.htmx and not request.htmx.history_restore_request else None
+    if fragment == "journal":
         known = parse_int(request.GET.get("known_total"))
         if known is not None and known == total:  # the stepper's poll: nothing new, leave the page alone
             return HttpResponseStopPolling() if run.is_terminal else HttpResponse(status=204)
         return render(request, "runs/detail.html#journal", {"run": run, "step": step, "total_steps": total})
-    events = list(SessionEvent.objects.filter(run=run).order_by("seq")[:EVENTS_PAGE])
-    last_seq = _max_seq(run, events)
-    spans, span_total = _capped(TraceSpan.objects.filter(run=run).order_by("started_at", "id"))
-    checkpoints, checkpoint_total = _capped(Checkpoint.objects.filter(run=run).defer("manifest", "state")
-                                            .order_by("position"))
     effects, effect_total = _capped(SideEffect.objects.filter(run=run).order_by("position"))
     commands, command_total = _capped(SandboxCommand.objects.filter(run=run).order_by("created_at", "id"))
+    context = {"run": run, "step": step, "total_steps": total, **_window_context(request, run, step, total),
+               "effects": effects, "effect_total": effect_total, "commands": commands, "command_total": command_total}
+    if fragment == "window":  # the window moved: the timeline and the tabs, not the page
+        return render(request, "runs/detail.html#window", context)
     lineage = {
         "parent": Run.objects.filter(id=run.parent_id).only("id", "agent", "status").first() if run.parent_id else None,
         "forked_from": (Run.objects.filter(id=run.forked_from_id).only("id", "agent", "status").first()
@@ -61,36 +62,58 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "children": list(run.children.only("id", "agent", "status").order_by("created_at")[:50]),
         "forks": list(run.forks.only("id", "agent", "status", "fork_step").order_by("created_at")[:50]),
     }
-    gantt = charts.gantt({"name": s.name, "kind": s.kind, "position": s.position, "started_at": s.started_at,
-                          "duration_ms": s.duration_ms, "status": s.status} for s in spans)
-    context = {
-        "run": run, "step": step, "total_steps": total, "events": events, "last_seq": last_seq,
-        "next_after": _next_after(events, last_seq), "until": last_seq,
-        "spans": spans, "span_total": span_total, "gantt": gantt, "lineage": lineage,
-        "timeline_cut": _timeline_cut(run, spans, span_total),
-        "checkpoints": checkpoints, "checkpoint_total": checkpoint_total,
-        "effects": effects, "effect_total": effect_total, "commands": commands, "command_total": command_total,
+    context.update({
+        "lineage": lineage,
         "in_doubt": SideEffect.objects.filter(run=run, status="started").order_by("position").first(),
         "approval": _pending_approval(run),
-    }
+    })
     refused = {a: refusal(run, a) for a in LIFECYCLE}
     context["allowed"] = {a for a, why in refused.items() if not why}
     context["not_offered"] = [(a, why) for a, why in refused.items() if why]
     return render(request, "runs/detail.html", context)
 
 
+def _window_context(request: HttpRequest, run: Run, step, total: int) -> dict:
+    """The timeline and the tabs for the window of steps the page shows, with their totals.
+
+    A fixed number of indexed queries, however long the journal: COUNTs on (run, ...) indexes for the
+    totals, ranges on (run, position) and (run, seq) for the rows.
+    """
+    center = step.position if step else 1
+    win = window.window_for(total, center, parse_int(request.GET.get("from"), minimum=1),
+                            parse_int(request.GET.get("to"), minimum=1))
+    newest = _newest_seq(run)
+    span_total = TraceSpan.objects.filter(run=run).count()
+    checkpoint_total = Checkpoint.objects.filter(run=run).count()
+    if total:
+        rows, window_spans, aggregated = window.timeline_rows(run.id, win)
+        spans, checkpoints = window.trace_rows(run.id, win), window.checkpoint_rows(run.id, win)
+        after, until = window.event_bounds(run.id, win, newest)
+    else:  # nothing has a position yet: the run's own spans and events, from the start
+        rows = list(TraceSpan.objects.filter(run=run).order_by("started_at", "id").values(
+            "name", "kind", "position", "attempt", "status", "started_at", "ended_at", "duration_ms")
+            [:window.AGGREGATE_ABOVE])
+        window_spans, aggregated, spans, checkpoints, after, until = len(rows), False, [], [], 0, newest
+    events = list(SessionEvent.objects.filter(run=run, seq__gt=after, seq__lte=until).order_by("seq")[:EVENTS_PAGE])
+    return {
+        "window": win, "window_spans": window_spans, "aggregated": aggregated,
+        "gantt": charts.waterfall(rows, aggregated=aggregated) if rows else None,
+        "spans": spans, "span_total": span_total, "checkpoints": checkpoints, "checkpoint_total": checkpoint_total,
+        "events": events, "events_after": after, "last_seq": newest, "until": until,
+        "next_after": _next_after(events, until), "tab_rows": window.TAB_ROWS,
+    }
+
+
+def _newest_seq(run: Run) -> int:
+    """Where the live tail starts and how many events the run has (seq is dense): one row off the
+    (run, seq) index."""
+    return SessionEvent.objects.filter(run=run).order_by("-seq").values_list("seq", flat=True).first() or 0
+
+
 def _capped(qs) -> tuple[list, int]:
     """The first TAB_ROWS rows and how many there are in all (a COUNT only when the cap was reached)."""
     rows = list(qs[:TAB_ROWS])
     return rows, (qs.count() if len(rows) == TAB_ROWS else len(rows))
-
-
-def _timeline_cut(run: Run, spans: list[TraceSpan], total: int) -> dict | None:
-    """Which part of the run a capped timeline covers: its first and last span start, and the run's own end."""
-    if not spans or total <= len(spans):
-        return None
-    return {"shown": len(spans), "total": total, "start": spans[0].started_at, "until": spans[-1].started_at,
-            "run_end": run.finished_at or run.updated_at}
 
 
 def _next_after(events: list[SessionEvent], until: int) -> int | None:
@@ -111,14 +134,6 @@ def run_events(request: HttpRequest, run_id) -> HttpResponse:
                   .order_by("seq")[:EVENTS_PAGE])
     return render(request, "runs/detail.html#events_page",
                   {"run": run, "events": events, "next_after": _next_after(events, until), "until": until})
-
-
-def _max_seq(run: Run, events: list[SessionEvent]) -> int:
-    """Where the live tail starts: after the newest event, not after the last one shown (so a long
-    journal is never streamed in through the tail)."""
-    if len(events) < EVENTS_PAGE:
-        return events[-1].seq if events else 0
-    return SessionEvent.objects.filter(run=run).order_by("-seq").values_list("seq", flat=True).first() or 0
 
 
 def _pending_approval(run: Run):
