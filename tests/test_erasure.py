@@ -352,3 +352,32 @@ def test_the_erasure_page_previews_erases_and_audits(drive, personas):
         assert admin.get(f"/runs/{run_id}/events/{seq}/payload/").status_code == 200
     for step in range(1, Run.objects.get(id=run_id).steps + 1):
         assert admin.get(f"/runs/{run_id}/", {"step": step}).status_code == 200
+
+
+def test_a_graph_runs_thread_is_erased_and_a_thread_sharing_its_blobs_still_loads(drive):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from journal.contrib.langgraph import JournalSaver, start
+    from journal.models import LangGraphChannel, LangGraphCheckpoint, LangGraphWrite
+    from tests.agents import langgraph_crashy
+
+    marker = f"zq-{uuid.uuid4().hex[:10]}"
+    erased, kept = start(langgraph_crashy.six_nodes, {"done": [marker]}), start("lg-six", {"done": []})
+    drive()
+    nodes = [f"n{i}" for i in range(1, 7)]
+    assert journal.get_run(erased).status == journal.get_run(kept).status == RunStatus.COMPLETED
+    assert _holding(marker)
+    journal.erase(run_ids=[erased], actor="dpo", reason="request")
+    assert _holding(marker) == set()
+    for model in (LangGraphCheckpoint, LangGraphChannel, LangGraphWrite):
+        assert not model.objects.filter(thread_id=erased).exists()
+
+    def kept_state():
+        return JournalSaver().get_tuple({"configurable": {"thread_id": kept, "checkpoint_ns": ""}})
+
+    assert kept_state().checkpoint["channel_values"]["done"] == nodes  # its element blobs were shared: kept
+    Blob.objects.update(created_at=timezone.now() - timedelta(days=1))
+    blobs.collect_garbage()  # a full sweep (what retention's purge runs) keeps every live list's chunks
+    assert kept_state().checkpoint["channel_values"]["done"] == nodes
