@@ -381,3 +381,16 @@ def test_a_graph_runs_thread_is_erased_and_a_thread_sharing_its_blobs_still_load
     Blob.objects.update(created_at=timezone.now() - timedelta(days=1))
     blobs.collect_garbage()  # a full sweep (what retention's purge runs) keeps every live list's chunks
     assert kept_state().checkpoint["channel_values"]["done"] == nodes
+
+
+def test_the_erasure_page_answers_odd_input_with_a_message_not_a_500(personas):
+    admin = Client()
+    admin.force_login(personas["admin"])
+    for params in ({"subject": "x" * 500}, {"runs": "not-a-run, 12"}, {"runs": str(uuid.uuid4())}, {"done": "zzz"},
+                   {"subject": "nobody"}):
+        page = admin.get("/settings/erasure/", params)
+        assert page.status_code == 200, params
+    assert "no run with id" in admin.get("/settings/erasure/", {"runs": "nope"}).content.decode()
+    for data in ({"subject": "nobody", "reason": "r"}, {"subject": "nobody"}, {}, {"runs": "nope", "reason": "r"}):
+        assert admin.post("/settings/erasure/erase/", data).status_code == 302, data
+    assert not Erasure.objects.exists()

@@ -293,7 +293,7 @@ def _erase_run(run: Run, erasure: Erasure, marker: dict) -> tuple[int, int]:
         pause_reason=_text(run.pause_reason), progress=progress, subject="", erasure=erasure)
     events = _erase_events(run.id, marker)
     rows = 1
-    rows += Signal.objects.filter(run_id=run.id).update(payload=marker)
+    rows += Signal.objects.filter(run_id=run.id).update(payload=marker, signal_id="")  # a caller's key may quote data
     rows += Approval.objects.filter(run_id=run.id).update(prompt=MARKER_TEXT, context=marker)
     decisions = ApprovalDecision.objects.filter(approval__run_id=run.id)
     rows += decisions.exclude(comment="").update(comment=MARKER_TEXT)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
@@ -61,7 +62,7 @@ def erasure_page(request: HttpRequest) -> HttpResponse:
 def erasure_erase(request: HttpRequest) -> HttpResponse:
     subject, run_ids = _asked(request.POST)
     reason = (request.POST.get("reason") or "").strip()
-    back = reverse("erasure") + "?" + (f"subject={subject}" if subject else "runs=" + ",".join(run_ids))
+    back = reverse("erasure") + "?" + urlencode({"subject": subject} if subject else {"runs": ",".join(run_ids)})
     if not subject and not run_ids:
         messages.error(request, "enter a subject or run ids")
         return redirect("erasure")
