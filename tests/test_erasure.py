@@ -211,6 +211,11 @@ def test_erasing_a_subject_leaves_no_trace_of_its_data_and_keeps_the_skeleton(dr
     # erasing again finds nothing left linked to the subject; the earlier erasure is found by its hash
     preview = journal.preview_erasure(subject=subject)
     assert preview.runs == [] and [e.id for e in preview.already_erased] == [erasure.id]
+    again = journal.preview_erasure(run_ids=[run_id])
+    assert again.runs[0].erased and not again.to_erase and not again.ok
+    with pytest.raises(journal.RunStateError, match="erased before"):
+        journal.erase(run_ids=[run_id], actor="dpo", reason="again")
+    assert Erasure.objects.count() == 1
 
 
 def test_running_runs_are_refused_and_nothing_is_written(drive):

@@ -90,6 +90,7 @@ class RunLine:
     created_at: Any
     events: int = 0
     refused: str = ""  # why this run cannot be erased ("" when it can)
+    erased: bool = False  # erased before: skipped
 
 
 @dataclass
@@ -108,8 +109,12 @@ class ErasurePreview:
         return [r for r in self.runs if r.refused]
 
     @property
+    def to_erase(self) -> list[RunLine]:
+        return [r for r in self.runs if not r.refused and not r.erased]
+
+    @property
     def ok(self) -> bool:
-        return bool(self.runs) and not self.refused
+        return bool(self.to_erase) and not self.refused
 
 
 @dataclass
@@ -189,8 +194,8 @@ def _lines(ids: list[uuid.UUID]) -> list[RunLine]:
     runs = Run.objects.filter(id__in=ids).order_by("created_at", "id")
     counts = dict(SessionEvent.objects.filter(run_id__in=ids).order_by().values("run_id").annotate(
         n=Count("id")).values_list("run_id", "n"))
-    return [RunLine(str(r.id), r.agent, r.status, r.created_at, counts.get(r.id, 0),
-                    _refusal(r) or ("already erased" if r.erasure_id else "")) for r in runs]
+    return [RunLine(str(r.id), r.agent, r.status, r.created_at, counts.get(r.id, 0), _refusal(r),
+                    r.erasure_id is not None) for r in runs]
 
 
 def _files(ids: list[uuid.UUID]) -> int:
@@ -214,7 +219,7 @@ def preview_erasure(run_ids: Iterable[Any] | None = None, subject: str | None = 
     """What ``erase`` would erase and refuse for this selection; writes nothing."""
     ids = _selection(run_ids, subject)
     lines = _lines(ids)
-    todo = [uuid.UUID(line.run_id) for line in lines if not line.refused]
+    todo = [uuid.UUID(line.run_id) for line in lines if not line.refused and not line.erased]
     only, shared = _blob_split(todo) if todo else (set(), set())
     events = SessionEvent.objects.filter(run_id__in=todo).count() if todo else 0
     earlier = list(Erasure.objects.filter(subject_sha256=subject_digest(subject))) if subject else []
@@ -255,6 +260,9 @@ def erase(run_ids: Iterable[Any] | None = None, subject: str | None = None, *, a
                                 + (f" (and {len(refused) - 10} more)" if len(refused) > 10 else "")
                                 + ". Nothing was erased.")
         todo = [r for r in runs if r.erasure_id is None]
+        if not todo:
+            raise RunStateError(f"nothing to erase: {'the run was' if len(runs) == 1 else 'the runs were'} "
+                                f"erased before (erasure {runs[0].erasure_id})")
         todo_ids = [r.id for r in todo]
         candidates = blobs.digests_referenced(runs=todo_ids)
         files = _files(todo_ids)

@@ -29,12 +29,12 @@ class Command(BaseCommand):
         except DurableError as exc:
             raise CommandError(str(exc)) from None
         for line in preview.runs:
-            note = f"  REFUSED: {line.refused}" if line.refused else ""
+            note = f"  REFUSED: {line.refused}" if line.refused else "  (erased before: skipped)" if line.erased else ""
             self.stdout.write(f"{line.run_id}  {line.agent}  {line.status}  {line.events} event(s){note}")
         for earlier in preview.already_erased:
             self.stdout.write(f"earlier erasure {earlier.id} of this subject: {earlier.runs} run(s) by "
                               f"{earlier.actor} on {earlier.created_at:%Y-%m-%d %H:%M}")
-        erasable = [line for line in preview.runs if not line.refused]
+        erasable = preview.to_erase
         self.stdout.write(f"would erase {len(erasable)} run(s): {preview.events} session event(s), "
                           f"{preview.files} sandbox file(s), {preview.blobs} blob(s) "
                           f"({preview.blobs_kept} shared with other runs are kept)")
