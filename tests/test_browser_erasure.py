@@ -50,6 +50,7 @@ def test_an_admin_previews_and_erases_a_subject_and_the_run_page_shows_the_marke
 
     page.click(f"#erasure-result a[href='/runs/{run_id}/']")
     page.wait_for_url(f"{live_server.url}/runs/{run_id}/")
+    assert page.inner_text("#run-erased") == "data erased"
     body = page.inner_text("body")
     assert "erased" in body and marker not in body and subject not in body
     page.keyboard.press("End")  # the stepper still walks every step
