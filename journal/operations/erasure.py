@@ -47,7 +47,6 @@ from journal.models import (
     LangGraphCheckpoint,
     LangGraphWrite,
     Run,
-    Sandbox,
     SandboxCommand,
     SessionEvent,
     SideEffect,
@@ -320,7 +319,6 @@ def _erase_run(run: Run, erasure: Erasure, marker: dict) -> tuple[int, int]:
             files_modified=[MARKER_TEXT] * len(command.files_modified or []),
             files_deleted=[MARKER_TEXT] * len(command.files_deleted or []))
         rows += 1
-    Sandbox.objects.filter(run_id=run.id).update(limits={})
     spans = TraceSpan.objects.filter(run_id=run.id)
     rows += spans.update(attributes=marker)
     spans.exclude(error="").update(error=MARKER_TEXT)
