@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what editors and type checkers follow; at run time the table below loads them
     from journal.operations.approvals import decide
     from journal.operations.compensation import compensate
+    from journal.operations.erasure import erase, preview_erasure
     from journal.operations.operator import pause, pause_agent, resolve_effect, resume, retry, unpause, unpause_agent
     from journal.operations.runs import cancel, get_run, signal, start, start_run, wait
     from journal.operations.timetravel import fork, replay_check, state_at
@@ -81,6 +82,8 @@ _PUBLIC: dict[str, str] = {
     "resolve_effect": "journal.operations.operator",
     "compensate": "journal.operations.compensation",
     "decide": "journal.operations.approvals",
+    "erase": "journal.operations.erasure",
+    "preview_erasure": "journal.operations.erasure",
     **{name: _ERRORS for name in (
         "BadArgumentsError", "Cancelled", "DurableError", "EffectInDoubtError", "NondeterminismError",
         "PayloadTooLargeError", "RunNotFoundError", "RunStateError", "SerializationError", "SignalError",
@@ -107,10 +110,12 @@ __all__ = [
     "compensate",
     "current",
     "decide",
+    "erase",
     "fork",
     "get_run",
     "pause",
     "pause_agent",
+    "preview_erasure",
     "replay_check",
     "resolve_effect",
     "resume",

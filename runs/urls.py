@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from runs.views import actions, approvals, audit, common, compare, detail, retention, runs, workers
+from runs.views import actions, approvals, audit, common, compare, detail, erasure, retention, runs, workers
 
 urlpatterns = [
     path("favicon.ico", common.favicon, name="favicon"),
@@ -30,4 +30,6 @@ urlpatterns = [
     path("settings/retention/set/", retention.retention_set, name="retention_set"),
     path("settings/retention/<int:rule_id>/delete/", retention.retention_delete, name="retention_delete"),
     path("settings/retention/purge/", retention.retention_purge, name="retention_purge"),
+    path("settings/erasure/", erasure.erasure_page, name="erasure"),
+    path("settings/erasure/erase/", erasure.erasure_erase, name="erasure_erase"),
 ]

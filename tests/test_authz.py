@@ -42,6 +42,8 @@ TABLE = {
     "retention_set": ("post", ADMINS, 302),
     "retention_delete": ("post", ADMINS, 302),
     "retention_purge": ("post", ADMINS, 302),
+    "erasure": ("get", ADMINS, 200),
+    "erasure_erase": ("post", ADMINS, 302),
 }
 PUBLIC = {"login", "logout", "favicon"}  # favicon: a redirect to a static file
 
@@ -73,6 +75,8 @@ def target(name: str, demo) -> tuple[str, dict]:
         "retention_set": (reverse("retention_set"), {"agent": "", "status": "failed", "keep_days": "90"}),
         "retention_delete": (reverse("retention_delete", args=[_rule_id()]), {}),
         "retention_purge": (reverse("retention_purge"), {}),
+        "erasure": (reverse("erasure"), {"subject": "nobody"}),
+        "erasure_erase": (reverse("erasure_erase"), {"subject": "nobody", "reason": "authz"}),
     }[name]
 
 

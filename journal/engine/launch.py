@@ -17,7 +17,7 @@ from journal.models import AgentPause, EventKind, Harness, Run, SessionEvent
 from journal.store import frozen
 from journal.store.doorbell import notify
 from journal.store.errors import BadArgumentsError
-from journal.store.serialization import to_json
+from journal.store.serialization import check_text, to_json
 
 
 def _workflow_name(workflow: str | Callable[..., Any]) -> str:
@@ -63,9 +63,19 @@ def register_harnesses() -> int:
 def start_run(workflow: str | Callable[..., Any], args: tuple | list = (), kwargs: dict | None = None, *,
               actor: str = "", parent_id=None, durability: str | None = None,
               checkpoint: str | None = None, run_id=None, concurrency_key: str = "",
-              concurrency_limit: int | None = None) -> str:
-    """Create a pending run; a worker drives it. Validates everything first: nothing half-written."""
+              concurrency_limit: int | None = None, subject: str | None = None) -> str:
+    """Create a pending run; a worker drives it. Validates everything first: nothing half-written.
+
+    ``subject`` links the run to the person whose data it holds (``journal.erase(subject=)``); a
+    child run inherits its parent's.
+    """
     kwargs = kwargs or {}
+    if subject is not None and (not isinstance(subject, str) or len(subject) > 200):
+        raise BadArgumentsError("a subject is a string of at most 200 characters")
+    if subject:
+        check_text(subject, what="the subject")
+    elif parent_id is not None:
+        subject = Run.objects.filter(id=parent_id).values_list("subject", flat=True).first() or ""
     defn = registry.get_workflow(_workflow_name(workflow))
     try:
         inspect.signature(defn.fn).bind(None, *args, **kwargs)
@@ -85,7 +95,7 @@ def start_run(workflow: str | Callable[..., Any], args: tuple | list = (), kwarg
         agent=defn.name, harness_id=harness_id, version=defn.version, fingerprint=defn.fingerprint,
         input=run_input, durability=durability or defn.durability,
         checkpoint_policy=checkpoint or defn.checkpoint, created_by=actor, parent_id=parent_id,
-        concurrency_key=concurrency_key, concurrency_limit=concurrency_limit,
+        concurrency_key=concurrency_key, concurrency_limit=concurrency_limit, subject=subject or "",
     )
     started = SessionEvent(run_id=run.id, seq=1, kind=EventKind.RUN_STARTED, actor=actor,
                            payload={"input": run_input, "version": defn.version, "fingerprint": defn.fingerprint})

@@ -3,6 +3,7 @@
 from journal.models.approvals import OPEN_APPROVAL_STATUSES, Approval, ApprovalDecision, ApprovalStatus
 from journal.models.checkpoint import Blob, Checkpoint, CheckpointDecision
 from journal.models.effects import EffectStatus, SideEffect
+from journal.models.erasure import MARKER_TEXT, Erasure, run_erased
 from journal.models.harness import AgentPause, Harness, Worker, WorkerKind
 from journal.models.langgraph import LangGraphChannel, LangGraphCheckpoint, LangGraphWrite
 from journal.models.retention import RetentionRule
@@ -23,9 +24,11 @@ __all__ = [
     "Checkpoint",
     "CheckpointDecision",
     "EffectStatus",
+    "Erasure",
     "EventKind",
     "Harness",
     "LIVE_STATUSES",
+    "MARKER_TEXT",
     "LangGraphChannel",
     "LangGraphCheckpoint",
     "LangGraphWrite",
@@ -42,4 +45,5 @@ __all__ = [
     "TraceSpan",
     "Worker",
     "WorkerKind",
+    "run_erased",
 ]

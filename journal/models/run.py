@@ -99,6 +99,11 @@ class Run(models.Model):
     attempts = models.PositiveIntegerField(default=0)  # times a worker claimed it
 
     created_by = models.CharField(max_length=150, blank=True)
+    # Whose data the run holds (a customer, a user): set at start or by ``ctx.set_subject``; what
+    # ``journal.erase(subject=...)`` finds. Blank once erased (the Erasure keeps its hash).
+    subject = models.CharField(max_length=200, blank=True, default="", db_index=True)
+    erasure = models.ForeignKey("journal.Erasure", null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="erased_runs")
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -146,6 +151,10 @@ class Run(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def is_erased(self) -> bool:
+        return self.erasure_id is not None
 
     @property
     def duration(self):

@@ -1,8 +1,11 @@
 """Session: the append-only log of everything that happened in a run.
 
-Nothing updates or deletes a SessionEvent except retention. The ORM refuses it here; on
-PostgreSQL a trigger refuses it too (migration 0002), unless retention sets
-``durable.retention = 'on'`` for its transaction.
+Nothing deletes a SessionEvent except retention, and nothing updates one except erasure, which
+may rewrite the ``payload`` column and nothing else (seq, kind, position, step name, actor and
+time are the skeleton that survives). The ORM refuses anything else here; on PostgreSQL a trigger
+refuses it too (migrations 0002 and 0006), unless retention sets ``durable.retention = 'on'`` (a
+DELETE) or erasure sets ``durable.erasure = 'on'`` (an UPDATE of the payload only) for its
+transaction.
 """
 
 import contextlib
@@ -37,6 +40,7 @@ class EventKind(models.TextChoices):
     NONDETERMINISM = "nondeterminism"
     NEEDS_ATTENTION = "needs_attention"
     OPERATOR_ACTION = "operator_action"
+    SUBJECT_SET = "subject_set"  # the workflow linked the run to a subject (ctx.set_subject)
     CANCEL_REQUESTED = "cancel_requested"
     COMPENSATION_STARTED = "compensation_started"
     COMPENSATED = "compensated"
@@ -47,6 +51,8 @@ class EventKind(models.TextChoices):
 
 
 _allowed: contextvars.ContextVar[bool] = contextvars.ContextVar("journal_retention", default=False)
+_erasing: contextvars.ContextVar[bool] = contextvars.ContextVar("journal_erasure", default=False)
+ERASABLE = frozenset({"payload"})  # the only column erasure may rewrite
 
 
 def retention_allowed() -> bool:
@@ -66,13 +72,45 @@ def allow_deletes():
         _allowed.reset(token)
 
 
+def erasure_allowed() -> bool:
+    return _erasing.get()
+
+
+@contextlib.contextmanager
+def allow_erasure():
+    """Let this block rewrite session events' payloads (and nothing else); call inside a transaction.
+
+    PostgreSQL: also tells the trigger, for this transaction only (``SET LOCAL``).
+    """
+    if not connection.in_atomic_block:
+        raise AppendOnlyError("erasure rewrites the session log only inside a transaction")
+    token = _erasing.set(True)
+    try:
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL durable.erasure = 'on'")
+        yield
+    finally:
+        _erasing.reset(token)
+
+
+def _check_erasure(fields) -> None:
+    if not erasure_allowed():
+        raise AppendOnlyError("the session log is append-only: SessionEvent rows are never updated "
+                              "(only erasure rewrites a payload)")
+    if not fields or set(fields) - ERASABLE:
+        raise AppendOnlyError(f"erasure rewrites only a session event's payload, not "
+                              f"{', '.join(sorted(set(fields or ()) - ERASABLE)) or 'every column'}")
+
+
 class AppendOnlyError(Exception):
-    """Raised when code tries to update or delete a session event outside retention."""
+    """Raised when code tries to update or delete a session event outside erasure and retention."""
 
 
 class SessionEventQuerySet(models.QuerySet):
     def update(self, **kwargs):
-        raise AppendOnlyError("the session log is append-only: SessionEvent rows are never updated")
+        _check_erasure(kwargs)  # bulk_update arrives here too, with its CASE per field
+        return super().update(**kwargs)
 
     def delete(self):
         if not retention_allowed():
@@ -114,7 +152,7 @@ class SessionEvent(models.Model):
 
     def save(self, *args, **kwargs):
         if not self._state.adding:
-            raise AppendOnlyError("the session log is append-only: SessionEvent rows are never updated")
+            _check_erasure(kwargs.get("update_fields"))
         super().save(*args, **kwargs)
 
     def delete(self, *args, **kwargs):

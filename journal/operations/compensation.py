@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from journal.driver.saga import begin, resolve_compensation
 from journal.models import Run
-from journal.operations.runs import get_run
+from journal.operations.runs import get_run, refuse_if_erased
 from journal.store import runstate
 from journal.store.errors import RunStateError
 
@@ -18,6 +18,7 @@ def compensate(run_id, *, actor: str = "", reason: str = "") -> Run:
     nothing changed) for any other state or when there is nothing to undo.
     """
     run = get_run(run_id)
+    refuse_if_erased(run, "compensate")
     if run.status not in runstate.COMPENSABLE:
         raise RunStateError(f"cannot compensate run {run.id}: it is {run.status}; only a failed, cancelled or "
                             "needs_attention run can be compensated")

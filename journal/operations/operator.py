@@ -30,7 +30,7 @@ from journal.models import (
     RunStatus,
     SideEffect,
 )
-from journal.operations.runs import get_run
+from journal.operations.runs import get_run, refuse_if_erased
 from journal.store import runstate
 from journal.store.doorbell import notify
 from journal.store.errors import BadArgumentsError, RunStateError
@@ -65,6 +65,7 @@ def _restart(run: Run, action: str, allowed: tuple, *, actor: str, reason: str) 
     """Make a stopped run pending again (retry, resume), with its operator_action event."""
     with transaction.atomic():
         if not runstate.move(run.id, RunStatus.PENDING, cause=runstate.Cause.OPERATOR, sources=allowed,
+                             filters={"erasure__isnull": True},  # an erasure that just committed wins
                              event=EventKind.OPERATOR_ACTION, actor=actor,
                              payload={"action": action, "reason": reason, "from_status": run.status}, **_RESTART):
             raise _refused_now(run, action, allowed)
@@ -190,6 +191,7 @@ def retry(run_id, *, actor: str = "", reason: str = "") -> Run:
     same key); everything recorded before it replays.
     """
     run = get_run(run_id)
+    refuse_if_erased(run, "retry")
     allowed = (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION)
     if run.status not in allowed:
         raise _refuse(run, "retry", f"it is {run.status}; only a failed or needs_attention run can be retried")
@@ -205,6 +207,7 @@ def retry(run_id, *, actor: str = "", reason: str = "") -> Run:
 def resume(run_id, *, actor: str = "", reason: str = "") -> Run:
     """Resume a needs_attention run as it stands (e.g. after compatible code was deployed)."""
     run = get_run(run_id)
+    refuse_if_erased(run, "resume")
     if run.status != RunStatus.NEEDS_ATTENTION:
         raise _refuse(run, "resume", f"it is {run.status}; only a needs_attention run can be resumed")
     doubt = _in_doubt_positions(run.id)

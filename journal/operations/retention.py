@@ -2,7 +2,8 @@
 
 Admins keep finished runs for N days per agent and status (RetentionRule); ``preview()`` says
 what a purge would delete, ``purge()`` deletes it in small batches (short transactions, so a
-purge never blocks workers for long). Live runs are never purged. The embedded worker and
+purge never blocks workers for long), then collects the blobs nothing refers to any more. Live runs
+are never purged. The embedded worker and
 Celery beat run ``purge()`` on a schedule; ``manage.py purge`` runs it by hand.
 """
 
@@ -19,6 +20,7 @@ from django.utils import timezone
 
 from journal.models import TERMINAL_STATUSES, RetentionRule, Run
 from journal.models.session import allow_deletes
+from journal.store import blobs
 from journal.store.errors import DurableError
 from journal.store.serialization import check_text
 
@@ -88,7 +90,9 @@ def purge(now: datetime | None = None, *, batch: int = 200,
             if progress:
                 progress(deleted, total)
     if deleted:
-        log.info("retention purged %d finished run(s)", deleted)
+        # The purged runs' results, transcripts and sandbox files: the blobs nothing refers to any more.
+        collected = blobs.collect_garbage()
+        log.info("retention purged %d finished run(s) and %d unreferenced blob(s)", deleted, collected)
     return deleted
 
 

@@ -24,12 +24,19 @@ from journal.store.errors import BadArgumentsError, RunNotFoundError, RunStateEr
 from journal.store.serialization import check_text, dumps, to_json
 
 __all__ = ["allowed_actions", "cancel", "get_run", "harness_for", "payload_size", "refusal", "register_harnesses",
-           "signal", "start", "start_run", "wait"]
+           "refuse_if_erased", "signal", "start", "start_run", "wait"]
 
 
 def start(workflow: str | Callable[..., Any], *args: Any, **kwargs: Any) -> str:
     """Start a run of ``workflow`` with these arguments; returns its run_id at once."""
     return start_run(workflow, args, kwargs)
+
+
+def refuse_if_erased(run: Run, what: str) -> None:
+    """An erased run's journal keeps its skeleton, not the data a replay, fork or retry needs."""
+    if run.erasure_id:
+        raise RunStateError(f"cannot {what} run {run.id}: its data was erased (erasure {run.erasure_id}); "
+                            "its journal keeps only positions, step names and timings")
 
 
 def get_run(run_id) -> Run:
@@ -132,6 +139,8 @@ def refusal(run: Run, action: str) -> str:
     status = run.status
     if action not in ACTIONS:
         raise BadArgumentsError(f"unknown action {action!r}; actions: {', '.join(ACTIONS)}")
+    if run.erasure_id and action in ("resume", "retry", "compensate"):
+        return "its data was erased"
     if action in ("cancel", "signal", "pause", "unpause"):
         if status in runstate.TERMINAL:
             return f"it is {status}"

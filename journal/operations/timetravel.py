@@ -22,7 +22,7 @@ from journal.driver.replayer import Divergence, ReplayCheck, replay
 from journal.engine import registry
 from journal.engine.history import History, StepState, state_at, step_total
 from journal.models import Checkpoint, CheckpointDecision, EffectStatus, EventKind, Run, SessionEvent, SideEffect
-from journal.operations.runs import get_run
+from journal.operations.runs import get_run, refuse_if_erased
 from journal.store import blobs
 from journal.store.doorbell import notify
 from journal.store.errors import BadArgumentsError
@@ -55,6 +55,7 @@ def fork(run_id, at_step: int, *, override: Any = None, actor: str = "", reason:
     checkpoints had them before ``at_step``. The parent is not modified. Returns the new run id.
     """
     parent = get_run(run_id)
+    refuse_if_erased(parent, "fork")
     if not isinstance(at_step, int) or isinstance(at_step, bool):
         raise BadArgumentsError(f"at_step must be a 1-based step number, not {at_step!r}")
     total = step_total(parent.id)
@@ -75,7 +76,7 @@ def fork(run_id, at_step: int, *, override: Any = None, actor: str = "", reason:
             agent=parent.agent, harness_id=parent.harness_id, version=parent.version,
             fingerprint=parent.fingerprint, input=parent.input, durability=parent.durability,
             checkpoint_policy=parent.checkpoint_policy, forked_from=parent, fork_step=at_step,
-            created_by=actor, steps=copy_upto,
+            created_by=actor, steps=copy_upto, subject=parent.subject,  # the fork holds the parent's data
         )
         events = [
             SessionEvent(run=child, seq=1, kind=EventKind.RUN_STARTED, actor=actor, created_at=now, payload={
@@ -153,6 +154,7 @@ def replay_check(run_id) -> ReplayCheck:
     Nothing executes and nothing is written.
     """
     run = get_run(run_id)
+    refuse_if_erased(run, "replay-check")
     return replay(History.load(run), registry.get_workflow(run.agent), run=run)
 
 

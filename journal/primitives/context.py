@@ -30,7 +30,7 @@ from journal.primitives.versioning import patched
 from journal.primitives.waits import sleep, wait_for_signal
 from journal.store.errors import Cancelled, DurableError, Released
 from journal.store.outage import engine_call
-from journal.store.serialization import to_json
+from journal.store.serialization import check_text, to_json
 from journal.store.writer import JournalWriter
 
 _current: contextvars.ContextVar[Context | None] = contextvars.ContextVar("journal_context", default=None)
@@ -173,6 +173,26 @@ class Context:
         """Progress an operator sees in the runs list and run page (written with the heartbeat)."""
         self.progress = {"done": int(done), "total": total, "label": label}
         self.progress_dirty = True
+
+    @engine_call
+    def set_subject(self, subject: str) -> None:
+        """Link this run to the person (customer, user) whose data it holds: what ``journal.erase(subject=)``
+        finds. Written at once with a ``subject_set`` event, fenced like every journal write; calling it
+        again with the same subject (as every replay does) writes nothing. A run has one subject."""
+        if not isinstance(subject, str) or not subject.strip() or len(subject) > 200:
+            raise DurableError("a subject is a non-empty string of at most 200 characters")
+        check_text(subject, what="the subject")
+        if subject == self.run.subject:
+            return
+        if self.run.subject:
+            raise DurableError(f"run {self.run_id} is already linked to another subject; a run has one subject")
+        run_id, epoch = self.run.id, self.epoch
+
+        def link() -> None:
+            Run.objects.filter(id=run_id, epoch=epoch).update(subject=subject)
+
+        self.writer.record(EventKind.SUBJECT_SET, {"subject": subject}, actor=self.worker_id, extra=link)
+        self.run.subject = subject
 
     @engine_call
     def patched(self, change_id: str) -> bool:

@@ -6,7 +6,10 @@ actions that the engine refused (which leave no session event).
 """
 
 from django.db import models
+from django.dispatch import receiver
 from django.utils import timezone
+
+from journal.models import MARKER_TEXT, run_erased
 
 
 class AuditEntry(models.Model):
@@ -31,3 +34,12 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor} {self.action} {self.run_id or self.target}"
+
+
+@receiver(run_erased, dispatch_uid="runs.audit.scrub_erased_runs")
+def scrub_erased_runs(sender, *, run_ids: list[str], **kwargs) -> None:
+    """An erasure reaches the audit log too, in its own transaction: the comments and answers recorded
+    about the erased runs may quote their data; who did what, when and whether it worked stays."""
+    entries = AuditEntry.objects.filter(run_id__in=run_ids)
+    entries.exclude(comment="").update(comment=MARKER_TEXT)
+    entries.exclude(result="").update(result=MARKER_TEXT)
