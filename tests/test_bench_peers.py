@@ -7,7 +7,7 @@ from bench.peers import report
 
 RESULTS = {
     "env": {"date": "2026-12-01 12:00 UTC", "CPU": "test CPU, 2 cores"},
-    "params": {"quick": False, "rounds": 3, "steps": 500, "runs": 200, "run_steps": 10, "concurrency": [1, 8],
+    "params": {"quick": False, "rounds": 3, "steps": 500, "runs": 200, "run_steps": 10, "concurrency": [8],
                "messages": [100, 200]},
     "samples": {
         "per_step": {"sqlite": {"floor": {"sync": [100.0, 90.0, 110.0]},
@@ -15,7 +15,8 @@ RESULTS = {
                                 "LangGraph": {"sync": [1000.0, 900.0, 1100.0], "async": [400.0, 500.0, 450.0]},
                                 "DBOS": {"sync": [2000.0, 2100.0, 1900.0]}}},
         "per_step_cpu": {},
-        "throughput": {"sqlite": {"floor": {"8": [600.0, 500.0, 700.0]}, "durable-ui": {"8": [300.0, 310.0, 290.0]},
+        "throughput": {"sqlite": {"floor": {"8": [600.0, 500.0, 700.0]},
+                                  "durable-ui": {"8": [300.0, 310.0, 290.0]},
                                   "LangGraph": {"8": [70.0, 60.0, 80.0]}, "DBOS": {"8": [30.0, 40.0, 35.0]}}},
         "recovery": {"sqlite": {"durable-ui": [{"seconds": 1.0, "duplicates": 1}] * 3,
                                 "LangGraph": [{"seconds": 2.0, "duplicates": 1}, {"seconds": 1.5, "duplicates": 1},
@@ -24,11 +25,11 @@ RESULTS = {
         "storage": {"sqlite": {
             "floor": {"rows": [{"messages": 100, "payload": 102400, "bytes": 150000, "per_payload_byte": 1.46},
                                {"messages": 200, "payload": 204800, "bytes": 300000, "per_payload_byte": 1.46}]},
-            "LangGraph": {"rows": [{"messages": 100, "payload": 102400, "bytes": 5_000_000, "per_payload_byte": 48.8},
-                                   {"messages": 200, "payload": 204800, "bytes": 20_000_000, "per_payload_byte": 97.7}]}}},
+            "LangGraph": {"rows": [
+                {"messages": 100, "payload": 102400, "bytes": 5_000_000, "per_payload_byte": 48.8},
+                {"messages": 200, "payload": 204800, "bytes": 20_000_000, "per_payload_byte": 97.7}]}}},
     },
 }
-RESULTS["params"]["concurrency"] = [8]
 
 
 def _line(markdown: str, start: str) -> list[str]:
@@ -58,7 +59,7 @@ def test_throughput_best_peer_is_the_highest_and_ratios_follow():
 
 
 def test_recovery_duplicates_and_storage_growth():
-    md = report.render(RESULTS, "")
+    md = report.render(RESULTS, "method text")
     assert _line(md, "SIGKILL mid-run")[3] == "2.00 (1.50–2.50)"
     assert _line(md, "SIGKILL mid-run")[6] == "0.50× (LangGraph)"
     assert _line(md, "duplicate effects")[2] == "1 (1–1)"
