@@ -150,12 +150,17 @@ def environment(env: dict) -> str:
     return "\n".join(f"- {k}: {v}" for k, v in env.items())
 
 
+def _rounds(p: dict) -> str:
+    done = p.get("rounds_done", p["rounds"])
+    return str(done) if done >= p["rounds"] else f"{done} (of {p['rounds']} planned; the run was stopped)"
+
+
 def render(results: dict, method: str) -> str:
     p = results["params"]
     return "\n\n".join([
         "# durable-ui beside its peers",
         f"Produced by `make bench-peers` (`bench/peers/run.py{' --quick' if p.get('quick') else ''}`) on "
-        f"{results['env'].get('date', '')}: {p['rounds']} interleaved rounds, medians with (min–max). "
+        f"{results['env'].get('date', '')}: {_rounds(p)} interleaved rounds, medians with (min–max). "
         "Timings on this shared machine are noisy: read the ratios, which are taken within this one run. "
         "A ratio below 1 means durable-ui's number is the smaller (better for time and storage, worse for "
         "runs/s).",

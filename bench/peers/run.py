@@ -95,6 +95,20 @@ def environment() -> dict:
             "durable-ui commit": commit.strip(), **{f"{k}": v for k, v in versions.items()}}
 
 
+def write(env: dict, p: dict, samples: dict) -> dict:
+    """Save every sample and render RESULTS.md and the chart (after every round: a stopped run keeps its rounds)."""
+    results = {"env": env, "params": p, "samples": samples}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "peers.json").write_text(json.dumps(results, indent=1) + "\n")
+    method = METHOD.format(crash_steps=CRASH_STEPS, crash_ms=int(CRASH_STEP_SECONDS * 1000), half=CRASH_STEPS // 2,
+                           concurrency=", ".join(map(str, p["concurrency"])),
+                           messages=", ".join(map(str, p["messages"])), **{k: v for k, v in p.items()
+                                                                          if k not in ("concurrency", "messages")})
+    (ROOT / "bench" / "RESULTS.md").write_text(report.render(results, method))
+    report.chart(results).write_html(RESULTS / "peers.html", include_plotlyjs="../../static/vendor/plotly.min.js")
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a minute or two")
@@ -127,6 +141,12 @@ def main() -> None:
         finally:
             databases.drop(store)
 
+    for db in dbs:
+        for system in systems:
+            say(f"{system} on {db}: storage")
+            samples["storage"].setdefault(db, {})[system] = on_fresh(
+                system, db, "storage", lambda st, system=system: child(system, st, "storage",
+                                                         ["--messages", ",".join(map(str, p["messages"]))], errlog))
     for r in range(max(p["rounds"], p["crash_rounds"])):
         order = systems[r % len(systems):] + systems[:r % len(systems)]
         for db in dbs:
@@ -149,23 +169,11 @@ def main() -> None:
                 got = on_fresh(system, db, "crash", lambda st, system=system: recovery.crash_round(system, st, work))
                 samples["recovery"].setdefault(db, {}).setdefault(system, []).append(got)
                 say(f"  {got['seconds']:.2f} s, {got['duplicates']} duplicate(s)")
-    for db in dbs:
-        for system in systems:
-            say(f"{system} on {db}: storage")
-            samples["storage"].setdefault(db, {})[system] = on_fresh(
-                system, db, "storage", lambda st, system=system: child(system, st, "storage",
-                                                         ["--messages", ",".join(map(str, p["messages"]))], errlog))
-    env["load average at end (1, 5, 15 min)"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    env["bench wall time"] = f"{time.monotonic() - t_start:.0f} s"
-    results = {"env": env, "params": p, "samples": samples}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "peers.json").write_text(json.dumps(results, indent=1) + "\n")
-    method = METHOD.format(crash_steps=CRASH_STEPS, crash_ms=int(CRASH_STEP_SECONDS * 1000), half=CRASH_STEPS // 2,
-                           concurrency=", ".join(map(str, p["concurrency"])),
-                           messages=", ".join(map(str, p["messages"])), **{k: v for k, v in p.items()
-                                                                          if k not in ("concurrency", "messages")})
-    (ROOT / "bench" / "RESULTS.md").write_text(report.render(results, method))
-    report.chart(results).write_html(RESULTS / "peers.html", include_plotlyjs="../../static/vendor/plotly.min.js")
+        p["rounds_done"] = r + 1
+        env["load average at end (1, 5, 15 min)"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        env["bench wall time"] = f"{time.monotonic() - t_start:.0f} s"
+        results = write(env, p, samples)
+        say(f"round {r + 1} written to bench/RESULTS.md")
     print(report.table(results))
     say(f"wrote bench/RESULTS.md, bench/results/peers.html and peers.json (children's stderr: {errlog})")
 
