@@ -59,7 +59,8 @@ METHOD = """\
 - Storage: a conversation growing by one 1-KiB message (base64 noise, as bench/langgraph_storage.py) per step, kept as
   the run's state (durable-ui `ctx.set_state`, LangGraph a list channel with `operator.add`, DBOS the workflow's
   step outputs, the floor one row per message); bytes = growth of the store's tables, indexes and TOAST on disk.
-  Run once per database ({messages} messages); the growth exponent is from the last two sizes.
+  Run once per database ({messages} messages, after a 10-message conversation that allocates the first pages of
+  every table and index); the growth exponent is from the two sizes.
 - Rounds: {rounds}; within a round the order of the systems rotates. Medians with (min–max) over the rounds.
 """
 
