@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo serve test test-sqlite test-postgres lint lint-imports bench migrations clean
+.PHONY: install demo serve test test-sqlite test-postgres lint lint-imports bench bench-peers migrations clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,18 @@ lint-imports: install
 
 bench: install
 	$(PY) bench/step_overhead.py
+
+# durable-ui beside DBOS and LangGraph (not dependencies of the product: their own venv, pinned in
+# bench/peers/requirements.txt) and the floor, in one run -> bench/RESULTS.md. BENCH_ARGS=--quick for a smoke run.
+PEERS_VENV := bench/peers/.venv
+PEERS_STAMP := $(PEERS_VENV)/.installed
+$(PEERS_STAMP): pyproject.toml bench/peers/requirements.txt
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet -e . -r bench/peers/requirements.txt
+	touch $(PEERS_STAMP)
+
+bench-peers: $(PEERS_STAMP)
+	$(PEERS_VENV)/bin/python -m bench.peers.run $(BENCH_ARGS)
 
 # Nothing is released yet, so the initial migrations are regenerated rather than stacked.
 migrations: install

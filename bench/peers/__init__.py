@@ -1,0 +1,1 @@
+"""durable-ui beside its peers (DBOS, LangGraph) and the floor, in one run: `make bench-peers`."""

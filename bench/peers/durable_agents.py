@@ -1,0 +1,59 @@
+"""The workflows bench/peers/durable.py runs, at module level as durable-ui requires (a resumed
+run finds its steps again by name). Imported only after ``django.setup()``."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import journal
+
+from .workloads import CRASH_STEP_SECONDS, message, record_effect
+
+
+@journal.step()
+def tiny(i: int) -> int:
+    return i + 1
+
+
+@journal.step()
+def reply(i: int) -> str:
+    """Stands in for a model call returning a 1-KiB message."""
+    return message(i)
+
+
+@journal.step()
+def work(i: int) -> int:
+    time.sleep(CRASH_STEP_SECONDS)
+    record_effect(Path(os.environ["PEERS_CRASH_LOG"]), i)
+    return i
+
+
+@journal.workflow(name="peers-sync", durability="sync")
+def steps_sync(ctx, n: int) -> int:
+    return sum(tiny(i) for i in range(n))
+
+
+@journal.workflow(name="peers-async", durability="async")
+def steps_async(ctx, n: int) -> int:
+    return sum(tiny(i) for i in range(n))
+
+
+@journal.workflow(name="peers-exit", durability="exit")
+def steps_exit(ctx, n: int) -> int:
+    return sum(tiny(i) for i in range(n))
+
+
+@journal.workflow(name="peers-conversation")
+def conversation(ctx, n: int, base: int) -> int:
+    messages: list[str] = []
+    for i in range(n):
+        messages.append(reply(base + i))
+        ctx.set_state({"messages": messages})
+    return len(messages)
+
+
+@journal.workflow(name="peers-crash")
+def crash_run(ctx, n: int) -> int:
+    return sum(work(i) for i in range(n))

@@ -1,0 +1,59 @@
+"""Crash recovery: a run of 20 steps of 50 ms is SIGKILLed about half-way; a new process starts at
+once. Measured: seconds from that start to the run's completion as the new process sees it, and
+the duplicate effects (executions beyond the first of a step, counted in an outside log file that
+each step appends to when it really runs).
+
+Both processes are ``python -m bench.peers.workloads SYSTEM STORE crash-first|crash-resume``; each
+system module's ``crash()`` says what its second process does (durable-ui: a new worker; LangGraph:
+the caller invokes the thread again; DBOS: a relaunch, which recovers pending workflows).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+
+from .databases import Store
+from .workloads import CRASH_STEPS, ROOT
+
+
+def _child(system: str, store: Store, job: str, log: Path, stderr) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "bench.peers.workloads", system, json.dumps(asdict(store)), job,
+                             "--log", str(log)], cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True)
+
+
+def _executions(log: Path) -> list[int]:
+    return [int(line.split()[0]) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+
+
+def crash_round(system: str, store: Store, workdir: Path, timeout: float = 120) -> dict:
+    log = workdir / f"crash-{system}-{store.kind}.log"
+    log.unlink(missing_ok=True)
+    with (workdir / f"crash-{system}-{store.kind}.err").open("a") as err:
+        first = _child(system, store, "crash-first", log, err)
+        deadline = time.monotonic() + timeout
+        while len(_executions(log)) < CRASH_STEPS // 2:
+            if first.poll() is not None or time.monotonic() > deadline:
+                first.kill()
+                raise RuntimeError(f"{system} on {store.kind}: the first process ended or stalled before half-way "
+                                   f"(see {err.name})")
+            time.sleep(0.005)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        done_before = len(set(_executions(log)))
+        t0 = time.perf_counter()
+        second = _child(system, store, "crash-resume", log, err)
+        line = second.stdout.readline()  # {"done": true} once the run has completed
+        seconds = time.perf_counter() - t0
+        second.wait(timeout=timeout)
+    if '"done"' not in line:
+        raise RuntimeError(f"{system} on {store.kind}: the restarted process did not finish the run (see {err.name})")
+    counts = Counter(_executions(log))
+    assert sorted(counts) == list(range(CRASH_STEPS)), counts
+    return {"seconds": seconds, "duplicates": sum(c - 1 for c in counts.values()), "done_before_kill": done_before}

@@ -1,0 +1,68 @@
+"""bench/peers/report.py renders RESULTS.md from a fixed result set: the medians, the min-max and
+the ratios to the floor and to the best peer (no peer installed: the report is a pure function)."""
+
+from __future__ import annotations
+
+from bench.peers import report
+
+RESULTS = {
+    "env": {"date": "2026-12-01 12:00 UTC", "CPU": "test CPU, 2 cores"},
+    "params": {"quick": False, "rounds": 3, "steps": 500, "runs": 200, "run_steps": 10, "concurrency": [8],
+               "messages": [100, 200]},
+    "samples": {
+        "per_step": {"sqlite": {"floor": {"sync": [100.0, 90.0, 110.0]},
+                                "durable-ui": {"sync": [200.0, 300.0, 250.0], "async": [50.0, 40.0, 60.0]},
+                                "LangGraph": {"sync": [1000.0, 900.0, 1100.0], "async": [400.0, 500.0, 450.0]},
+                                "DBOS": {"sync": [2000.0, 2100.0, 1900.0]}}},
+        "per_step_cpu": {},
+        "throughput": {"sqlite": {"floor": {"8": [600.0, 500.0, 700.0]},
+                                  "durable-ui": {"8": [300.0, 310.0, 290.0]},
+                                  "LangGraph": {"8": [70.0, 60.0, 80.0]}, "DBOS": {"8": [30.0, 40.0, 35.0]}}},
+        "recovery": {"sqlite": {"durable-ui": [{"seconds": 1.0, "duplicates": 1}] * 3,
+                                "LangGraph": [{"seconds": 2.0, "duplicates": 1}, {"seconds": 1.5, "duplicates": 1},
+                                              {"seconds": 2.5, "duplicates": 1}],
+                                "DBOS": [{"seconds": 4.0, "duplicates": 1}] * 3}},
+        "storage": {"sqlite": {
+            "floor": {"rows": [{"messages": 100, "payload": 102400, "bytes": 150000, "per_payload_byte": 1.46},
+                               {"messages": 200, "payload": 204800, "bytes": 300000, "per_payload_byte": 1.46}]},
+            "LangGraph": {"rows": [
+                {"messages": 100, "payload": 102400, "bytes": 5_000_000, "per_payload_byte": 48.8},
+                {"messages": 200, "payload": 204800, "bytes": 20_000_000, "per_payload_byte": 97.7}]}}},
+    },
+}
+
+
+def _line(markdown: str, start: str) -> list[str]:
+    [line] = [ln for ln in markdown.splitlines() if ln.startswith(f"| {start}")]
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_per_step_row_has_medians_ranges_and_both_ratios():
+    md = report.render(RESULTS, "method text")
+    cells = _line(md, "µs per step, sync, 500-step run, SQLite")
+    assert cells[1:5] == ["100 (90–110)", "250 (200–300)", "1,000 (900–1,100)", "2,000 (1,900–2,100)"]
+    assert cells[5] == "2.50×"  # 250 / 100
+    assert cells[6] == "0.25× (LangGraph)"  # 250 / the lowest peer time, LangGraph's 1,000
+
+
+def test_a_mode_only_some_systems_have_shows_dashes_and_ratio_to_the_peer_that_has_it():
+    cells = _line(report.render(RESULTS, ""), "µs per step, async")
+    assert cells[1] == "—" and cells[4] == "—"
+    assert cells[5] == "—" and cells[6] == "0.11× (LangGraph)"  # 50 / 450
+
+
+def test_throughput_best_peer_is_the_highest_and_ratios_follow():
+    cells = _line(report.render(RESULTS, ""), "runs/s, 200 runs × 10 steps, 8 concurrent, SQLite")
+    assert cells[2] == "300.0 (290.0–310.0)"
+    assert cells[5] == "0.50×"  # 300 / 600
+    assert cells[6] == "4.29× (LangGraph)"  # 300 / 70
+
+
+def test_recovery_duplicates_and_storage_growth():
+    md = report.render(RESULTS, "method text")
+    assert _line(md, "SIGKILL mid-run")[3] == "2.00 (1.50–2.50)"
+    assert _line(md, "SIGKILL mid-run")[6] == "0.50× (LangGraph)"
+    assert _line(md, "duplicate effects")[2] == "1 (1–1)"
+    assert "| SQLite | LangGraph | 200 | 20,000,000 | 97.70 | O(n^2.0) |" in md
+    assert "| SQLite | floor | 200 | 300,000 | 1.46 | O(n^1.0) |" in md
+    assert "## Environment" in md and "- CPU: test CPU, 2 cores" in md and "method text" in md
