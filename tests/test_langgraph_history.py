@@ -1,0 +1,126 @@
+"""A run's LangGraph thread in the stepper: its checkpoints in order, one at a time with the writes that
+made it and the diff against the one before, and "fork from here with edited state" (update_state on a
+past checkpoint, on a copy of the thread)."""
+
+import pytest
+
+import journal
+from journal.contrib.langgraph import start
+from journal.models import (
+    EventKind,
+    LangGraphChannel,
+    LangGraphCheckpoint,
+    LangGraphWrite,
+    Run,
+    RunStatus,
+    SessionEvent,
+)
+from tests.agents import langgraph_fork
+
+pytestmark = pytest.mark.django_db(transaction=True)
+INPUT = {"total": 1, "log": []}
+
+
+@pytest.fixture(autouse=True)
+def test_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("DURABLE_TEST_DIR", str(tmp_path))
+
+
+@pytest.fixture
+def graph_run(drive) -> str:
+    run_id = start("lg-fork", INPUT)
+    drive()
+    run = journal.get_run(run_id)
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert run.output == {"total": 4, "log": ["add_one->2", "double->4", "finish total=4"]}
+    return run_id
+
+
+def thread_rows(thread_id: str) -> tuple:
+    return tuple(list(model.objects.filter(thread_id=thread_id).order_by("id").values())
+                 for model in (LangGraphCheckpoint, LangGraphChannel, LangGraphWrite))
+
+
+def test_the_thread_is_walked_in_order_with_the_writes_and_the_diff(graph_run):
+    assert journal.has_thread(graph_run)
+    assert journal.thread_total(graph_run) == 5  # the input, START, and one per node
+    window = journal.thread_checkpoints(graph_run)
+    assert [c["position"] for c in window] == [1, 2, 3, 4, 5]
+    assert [c["source"] for c in window] == ["input", "loop", "loop", "loop", "loop"]
+    assert [c["step"] for c in window] == [-1, 0, 1, 2, 3]
+    assert window[1]["parent_checkpoint_id"] == window[0]["checkpoint_id"]
+    assert [c["position"] for c in journal.thread_checkpoints(graph_run, offset=3, limit=1)] == [4]
+
+    at = journal.checkpoint_state(graph_run, position=4)  # after double
+    assert at["values"] == {"total": 4, "log": ["add_one->2", "double->4"]}
+    assert at["previous_values"] == {"total": 2, "log": ["add_one->2"]}
+    assert at["nodes"] == ["double"]
+    assert {(w["node"], w["channel"]) for w in at["writes"]} == {("double", "total"), ("double", "log")}
+    assert at["next"] == ["finish"]
+    assert journal.checkpoint_state(graph_run, checkpoint_id=at["checkpoint_id"])["position"] == 4
+    first = journal.checkpoint_state(graph_run, position=1)
+    assert first["previous_values"] is None and first["source"] == "input"
+    with pytest.raises(journal.BadArgumentsError, match=r"positions 1\.\.5"):
+        journal.checkpoint_state(graph_run, position=6)
+
+
+def test_a_native_run_has_no_thread(drive, settings, tmp_path):
+    from tests.agents import timetravel  # noqa: F401
+
+    settings.DURABLE_SANDBOX_ROOT = str(tmp_path / "sandboxes")
+    run_id = journal.start("tt-pipeline", 1)
+    drive()
+    assert not journal.has_thread(run_id)
+    with pytest.raises(journal.BadArgumentsError, match="does not drive a LangGraph graph"):
+        journal.checkpoint_state(run_id, position=1)
+
+
+def test_fork_from_a_checkpoint_with_edited_state_continues_the_graph_on_a_copy(graph_run, drive):
+    parent_rows = thread_rows(graph_run)
+    after_add_one = journal.checkpoint_state(graph_run, position=3)
+    assert after_add_one["values"]["total"] == 2 and after_add_one["next"] == ["double"]
+    ran_before = len(langgraph_fork.executions())
+
+    child = journal.fork_thread(graph_run, after_add_one["checkpoint_id"],
+                                {"total": 10, "log": ["edited"]}, actor="alice", reason="what if 10")
+    drive()
+    run = journal.get_run(child)
+    assert run.status == RunStatus.COMPLETED, run.error
+    # The continued graph saw the edited values: a plain channel set, a reducer channel overwritten.
+    assert run.output == {"total": 20, "log": ["edited", "double->20", "finish total=20"]}
+    assert langgraph_fork.executions()[ran_before:] == ["double", "finish"]  # add_one did not run again
+    assert thread_rows(graph_run) == parent_rows  # the parent's thread is untouched
+    assert journal.get_run(graph_run).output["total"] == 4
+    assert (str(run.forked_from_id), run.created_by) == (graph_run, "alice")
+    action = SessionEvent.objects.get(run_id=child, kind=EventKind.OPERATOR_ACTION)
+    assert action.actor == "alice" and action.payload["state"] is True
+    assert action.payload["thread_checkpoint"] == after_add_one["checkpoint_id"]
+    assert action.payload["checkpoint_position"] == 3 and action.payload["edited_channels"] == ["log", "total"]
+    # The fork's own thread: the copied ancestors, the edit, then what ran anew.
+    assert journal.thread_total(child) == 3 + 1 + 2
+    edit = journal.checkpoint_state(child, position=4)
+    assert edit["source"] == "update" and edit["values"] == {"total": 10, "log": ["edited"]}
+    assert edit["previous_values"] == after_add_one["values"]
+
+
+def test_an_unchanged_channel_is_left_as_it_was(graph_run, drive):
+    at = journal.checkpoint_state(graph_run, position=3)
+    child = journal.fork_thread(graph_run, at["checkpoint_id"], {**at["values"], "total": 5}, actor="bob")
+    drive()
+    assert journal.get_run(child).output == {"total": 10, "log": ["add_one->2", "double->10", "finish total=10"]}
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ("not a dict", "JSON object"),
+    ({"nope": 1}, "no state channel 'nope'"),
+    ({"total": float("nan")}, "edited values"),
+])
+def test_a_bad_thread_fork_is_refused_with_nothing_written(graph_run, values, message):
+    at = journal.checkpoint_state(graph_run, position=3)
+    counts = (Run.objects.count(), LangGraphCheckpoint.objects.count(), LangGraphChannel.objects.count())
+    with pytest.raises(journal.DurableError, match=message):
+        journal.fork_thread(graph_run, at["checkpoint_id"], values, actor="alice")
+    assert (Run.objects.count(), LangGraphCheckpoint.objects.count(), LangGraphChannel.objects.count()) == counts
+    with pytest.raises(journal.BadArgumentsError, match="no checkpoint"):
+        journal.fork_thread(graph_run, "no-such-checkpoint", {"total": 1}, actor="alice")
+    assert Run.objects.count() == counts[0]
