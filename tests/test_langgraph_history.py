@@ -3,6 +3,7 @@ made it and the diff against the one before, and "fork from here with edited sta
 past checkpoint, on a copy of the thread)."""
 
 import pytest
+from django.urls import reverse
 
 import journal
 from journal.contrib.langgraph import start
@@ -15,7 +16,8 @@ from journal.models import (
     RunStatus,
     SessionEvent,
 )
-from tests.agents import langgraph_fork
+from runs.models import AuditEntry
+from tests.agents import langgraph_fork, timetravel  # noqa: F401  (registers the agents)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 INPUT = {"total": 1, "log": []}
@@ -65,8 +67,6 @@ def test_the_thread_is_walked_in_order_with_the_writes_and_the_diff(graph_run):
 
 
 def test_a_native_run_has_no_thread(drive, settings, tmp_path):
-    from tests.agents import timetravel  # noqa: F401
-
     settings.DURABLE_SANDBOX_ROOT = str(tmp_path / "sandboxes")
     run_id = journal.start("tt-pipeline", 1)
     drive()
@@ -124,3 +124,55 @@ def test_a_bad_thread_fork_is_refused_with_nothing_written(graph_run, values, me
     with pytest.raises(journal.BadArgumentsError, match="no checkpoint"):
         journal.fork_thread(graph_run, "no-such-checkpoint", {"total": 1}, actor="alice")
     assert Run.objects.count() == counts[0]
+
+
+# -- the run's page -------------------------------------------------------------------------------
+
+HX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture
+def operator(client, personas):
+    client.force_login(personas["operator"])
+    return client
+
+
+def test_the_run_page_shows_the_thread_and_walks_it_one_checkpoint_at_a_time(operator, graph_run):
+    page = operator.get(reverse("run_detail", args=[graph_run]))
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert 'aria-label="LangGraph thread"' in body and "checkpoint <span id=\"thread-position\">5</span> of 5" in body
+    assert 'id="thread-fork-submit" disabled' in body  # the pre-filled values are sent only when asked
+    fragment = operator.get(reverse("run_thread", args=[graph_run]) + "?checkpoint=4", **HX)
+    assert fragment.status_code == 200
+    text = fragment.content.decode()
+    assert 'id="thread-position">4<' in text and 'id="thread-nodes">double<' in text
+    assert 'id="thread-diff"' in text and "double-&gt;4" in text
+    for bad in ("0", "999", "x", "-3"):  # clamped or the newest: never a 500
+        assert operator.get(reverse("run_thread", args=[graph_run]) + f"?checkpoint={bad}").status_code == 200
+
+
+def test_a_native_run_has_no_thread_card(operator, drive, settings, tmp_path):
+    settings.DURABLE_SANDBOX_ROOT = str(tmp_path / "sandboxes")
+    run_id = journal.start("tt-pipeline", 1)
+    drive()
+    assert 'aria-label="LangGraph thread"' not in operator.get(reverse("run_detail", args=[run_id])).content.decode()
+    assert operator.get(reverse("run_thread", args=[run_id])).status_code == 404
+
+
+def test_fork_thread_from_the_page(operator, graph_run, drive):
+    at = journal.checkpoint_state(graph_run, position=3)
+    url = reverse("run_act", args=[graph_run, "fork_thread"])
+    refused = operator.post(url, {"checkpoint_id": at["checkpoint_id"], "values": '{"total": 10}'}, **HX)
+    assert "tick" in refused.content.decode() and Run.objects.count() == 1
+    resp = operator.post(url, {"checkpoint_id": at["checkpoint_id"], "edit_thread": "on", "reason": "try 10",
+                               "values": '{"total": 10, "log": ["add_one->2"]}'}, **HX)
+    assert resp.status_code == 200, resp.content
+    new_id = resp["HX-Redirect"].strip("/").split("/")[-1]
+    drive()
+    assert journal.get_run(new_id).output == {"total": 20, "log": ["add_one->2", "double->20", "finish total=20"]}
+    entry = AuditEntry.objects.get(action="fork_thread")
+    assert entry.ok and entry.comment == "try 10" and entry.actor == "operator"
+    bad = operator.post(url, {"checkpoint_id": at["checkpoint_id"], "edit_thread": "on", "values": '{"nope": 1}'},
+                        **HX)
+    assert "no state channel" in bad.content.decode() and Run.objects.count() == 2

@@ -38,8 +38,12 @@ def _bridge_for(run: Run) -> ThreadBridge | None:
     return next((b for b in _bridges if b.has_thread(run)), None)
 
 
+def _run(run_id) -> Run:
+    return run_id if isinstance(run_id, Run) else get_run(run_id)
+
+
 def _require(run_id) -> tuple[Run, ThreadBridge]:
-    run = get_run(run_id)
+    run = _run(run_id)
     bridge = _bridge_for(run)
     if bridge is None:
         raise BadArgumentsError(f"run {run.id} does not drive a LangGraph graph (no thread is stored for it)")
@@ -48,8 +52,7 @@ def _require(run_id) -> tuple[Run, ThreadBridge]:
 
 def has_thread(run_id) -> bool:
     """True when the run drives a graph whose thread is stored (one indexed lookup per bridge)."""
-    run = run_id if isinstance(run_id, Run) else get_run(run_id)
-    return _bridge_for(run) is not None
+    return _bridge_for(_run(run_id)) is not None
 
 
 def thread_total(run_id) -> int:
