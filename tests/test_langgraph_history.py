@@ -176,3 +176,12 @@ def test_fork_thread_from_the_page(operator, graph_run, drive):
     bad = operator.post(url, {"checkpoint_id": at["checkpoint_id"], "edit_thread": "on", "values": '{"nope": 1}'},
                         **HX)
     assert "no state channel" in bad.content.decode() and Run.objects.count() == 2
+
+
+def test_a_checkpoint_whose_values_are_gone_is_reported_in_the_card_not_a_500(operator, graph_run):
+    from journal.models import Blob
+
+    Blob.objects.all().delete()
+    resp = operator.get(reverse("run_detail", args=[graph_run]))
+    assert resp.status_code == 200
+    assert 'id="thread-error"' in resp.content.decode()

@@ -27,7 +27,10 @@ def thread_view(run, position: int | None = None) -> dict[str, Any] | None:
         return None
     total = journal.thread_total(run)
     position = total if position is None else max(1, min(position, total))
-    at = journal.checkpoint_state(run, position=position)
+    try:
+        at = journal.checkpoint_state(run, position=position)
+    except (journal.DurableError, LookupError) as exc:  # e.g. a value erased from the blob store: say so, no 500
+        return {"position": position, "total": total, "error": str(exc), "window": [], "values": {}}
     offset = max(0, position - 1 - WINDOW)
     return {**at, "changes": json_diff(at["previous_values"], at["values"]),
             "prev": position - 1 if position > 1 else None, "next_position": position + 1 if position < total else None,
