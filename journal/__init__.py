@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # what editors and type checkers follow; at run time the tabl
     from journal.operations.erasure import erase, preview_erasure
     from journal.operations.operator import pause, pause_agent, resolve_effect, resume, retry, unpause, unpause_agent
     from journal.operations.runs import cancel, get_run, signal, start, start_run, wait
+    from journal.operations.threads import checkpoint_state, fork_thread, has_thread, thread_checkpoints, thread_total
     from journal.operations.timetravel import fork, replay_check, state_at
     from journal.primitives.context import Context, current
     from journal.primitives.decorators import step, workflow
@@ -73,6 +74,8 @@ _PUBLIC: dict[str, str] = {
     "fork": "journal.operations.timetravel",
     "replay_check": "journal.operations.timetravel",
     "state_at": "journal.operations.timetravel",
+    **{name: "journal.operations.threads" for name in (
+        "checkpoint_state", "fork_thread", "has_thread", "thread_checkpoints", "thread_total")},
     "pause": "journal.operations.operator",
     "unpause": "journal.operations.operator",
     "pause_agent": "journal.operations.operator",
@@ -107,12 +110,15 @@ __all__ = [
     "WaitTimeout",
     "WorkflowDefinitionError",
     "cancel",
+    "checkpoint_state",
     "compensate",
     "current",
     "decide",
     "erase",
     "fork",
+    "fork_thread",
     "get_run",
+    "has_thread",
     "pause",
     "pause_agent",
     "preview_erasure",
@@ -125,6 +131,8 @@ __all__ = [
     "start_run",
     "state_at",
     "step",
+    "thread_checkpoints",
+    "thread_total",
     "unpause",
     "unpause_agent",
     "wait",

@@ -12,7 +12,7 @@ from typing import Any
 
 import journal
 from journal.models import Checkpoint, EventKind, SessionEvent
-from journal.operations.timetravel import blob_texts, step_total
+from journal.operations.timetravel import FORK_STATE, blob_texts, step_total
 from journal.operations.whatif import model_choices
 from runs.diffing import Change, json_diff, text_diff
 
@@ -40,6 +40,7 @@ class StepView:
     checkpoint: Checkpoint | None = None
     span: dict | None = None
     models: list[str] = field(default_factory=list)  # a model call: the models a what-if can switch it to
+    state_edit: dict | None = None  # a state fork's fork step: {"actor", "state"} of the edit it started from
 
     @property
     def model(self) -> str:
@@ -72,9 +73,22 @@ def step_view(run, position: int, total: int | None = None) -> StepView:
                     changes=json_diff(at.previous_state, at.state), span=at.span)
     view.checkpoint = Checkpoint.objects.filter(run=run, position=position).order_by("-id").first()
     view.files = _files(at.previous_files, at.files)
+    if run.forked_from_id and position == run.fork_step:
+        view.state_edit = _state_edit(run, position)
     if view.model:
         view.models = model_choices(view.model)
     return view
+
+
+def _state_edit(run, position: int) -> dict | None:
+    """The edit a state fork starts from (its checkpoint at the fork step), with who made it."""
+    state = (Checkpoint.objects.filter(run=run, position=position, step_name=FORK_STATE).order_by("id")
+             .values_list("state", flat=True).first())
+    if state is None:
+        return None
+    actor = (SessionEvent.objects.filter(run=run, seq=2, kind=EventKind.OPERATOR_ACTION)
+             .values_list("actor", flat=True).first())
+    return {"state": state, "actor": actor or ""}
 
 
 def _files(before: dict, now: dict) -> list[FileAtStep]:

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from runs.views import actions, approvals, audit, common, compare, detail, erasure, retention, runs, workers
+from runs.views import actions, approvals, audit, common, compare, detail, erasure, retention, runs, thread, workers
 
 urlpatterns = [
     path("favicon.ico", common.favicon, name="favicon"),
@@ -16,6 +16,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/tail/", detail.run_tail, name="run_tail"),
     path("runs/<uuid:run_id>/events/", detail.run_events, name="run_events"),
     path("runs/<uuid:run_id>/events/<int:seq>/payload/", detail.event_payload, name="event_payload"),
+    path("runs/<uuid:run_id>/thread/", thread.run_thread, name="run_thread"),
     path("runs/<uuid:run_id>/act/<slug:action>/", actions.run_action, name="run_act"),
     path("approvals/", approvals.inbox, name="approvals"),
     path("approvals/decide/", approvals.decide, name="approval_decide"),

@@ -26,6 +26,7 @@ from journal.driver.replayer import check_before_resume
 from journal.driver.saga import after_cancel, after_failure, compensate_run
 from journal.driver.settling import end_fields, settle_move
 from journal.engine import registry
+from journal.engine.checkpoints import edited_state
 from journal.engine.history import load_journal
 from journal.engine.protocol import span
 from journal.engine.restore import prepare_sandbox
@@ -85,7 +86,8 @@ def _drive_claimed(claim: Claim, worker_id: str, on_context: Callable[[Context |
         return "lost"
     recorded, markers, last_seq = load_journal(run.id)
     writer = JournalWriter(run.id, claim.epoch, last_seq + 1, mode=run.durability)
-    ctx = Context(run=run, writer=writer, recorded=recorded, markers=markers, worker_id=worker_id)
+    ctx = Context(run=run, writer=writer, recorded=recorded, markers=markers, worker_id=worker_id,
+                  edited_state=edited_state(run))
     if on_context:
         on_context(ctx)
     token = _current.set(ctx)

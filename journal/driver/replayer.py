@@ -77,13 +77,17 @@ def replay(history: History, defn: registry.WorkflowDef | None = None, *, run: R
     """Run the workflow (``defn``, else the registered one of the history) against ``history`` with every
     call stubbed; report the first divergence. ``run`` is the live row when there is one."""
     defn = defn or registry.get_workflow(history.workflow)
-    return replay_in_memory(run or history.as_run(), defn, history.records, history.markers)
+    return replay_in_memory(run or history.as_run(), defn, history.records, history.markers,
+                            edited_state=history.edited_state)
 
 
-def replay_in_memory(run: Run, defn: registry.WorkflowDef, recorded: dict, markers: dict) -> ReplayCheck:
-    """Run ``defn`` against ``recorded`` with every call stubbed; report the first divergence."""
+def replay_in_memory(run: Run, defn: registry.WorkflowDef, recorded: dict, markers: dict, *,
+                     edited_state: dict[int, dict] | None = None) -> ReplayCheck:
+    """Run ``defn`` against ``recorded`` with every call stubbed; report the first divergence.
+
+    ``edited_state``: a state fork's edit, applied where the fork's executions apply it."""
     ctx = Context(run=run, writer=NullWriter(), recorded=recorded, markers=dict(markers), worker_id="replay-check",
-                  replay_only=True)
+                  replay_only=True, edited_state=edited_state)
     result = ReplayCheck(run_id=str(run.id), ok=True, recorded=max(recorded, default=0),
                          fingerprint=defn.fingerprint, recorded_fingerprint=run.fingerprint)
     token = _current.set(ctx)
@@ -149,7 +153,7 @@ def check_before_resume(ctx, defn) -> None:
     if not run.fingerprint or run.fingerprint == defn.fingerprint:
         return
     if ctx.recorded:
-        check = replay_in_memory(run, defn, ctx.recorded, ctx.markers)
+        check = replay_in_memory(run, defn, ctx.recorded, ctx.markers, edited_state=ctx.state_edits)
         if not check.ok:
             d = check.divergence
             raise NondeterminismError(d.position, d.expected, d.got,

@@ -241,6 +241,29 @@ def read_manifest(manifest: dict[str, str]) -> dict[str, bytes]:
     return {p: contents[sha] for p, sha in wanted.items()}
 
 
+FORK_STATE = "fork: edited state"  # the step_name of the checkpoint a state fork starts from
+
+
+def edited_state(run: Run) -> dict[int, dict]:
+    """position -> state for a fork made with edited state (``journal.fork(..., state=...)``), else {}.
+
+    The edit is a checkpoint of the fork at its fork step, written by ``fork``; the context reads it
+    on every execution of the fork (first run, resume, recovery, replay check), so the workflow sees
+    the same edited state each time rather than what its replayed code would have set. A fork of
+    such a fork inherits the edit's checkpoint (it replays the steps that saw it), hence a mapping.
+    One indexed query, only for forks.
+    """
+    if run.forked_from_id is None or not run.fork_step:
+        return {}
+    rows = (Checkpoint.objects.filter(run_id=run.id, position__lte=run.fork_step, step_name=FORK_STATE)
+            .order_by("id").values_list("position", "state"))
+    out: dict[int, dict] = {}
+    for position, state in rows:
+        if isinstance(state, dict):
+            out.setdefault(position, state)
+    return out
+
+
 def step_decisions(run_id) -> dict[int, dict[str, Any]]:
     """Per step position: {"decision": "taken"|"skipped", "reason", "bytes"} for the dashboard.
 
@@ -260,5 +283,5 @@ def step_decisions(run_id) -> dict[int, dict[str, Any]]:
     return out
 
 
-__all__ = ["after_step", "checkpoint_for", "decide", "decode_state", "files_at", "latest_checkpoint", "manifest_at",
-           "read_manifest", "state_at_checkpoint", "step_decisions"]
+__all__ = ["FORK_STATE", "after_step", "checkpoint_for", "decide", "decode_state", "edited_state", "files_at",
+           "latest_checkpoint", "manifest_at", "read_manifest", "state_at_checkpoint", "step_decisions"]

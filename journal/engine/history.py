@@ -23,7 +23,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Max, Q
 from django.utils.dateparse import parse_datetime
 
-from journal.engine.checkpoints import checkpoint_for, decode_state
+from journal.engine.checkpoints import checkpoint_for, decode_state, edited_state
 from journal.engine.protocol import result_of
 from journal.models import EventKind, Run, SessionEvent, TraceSpan
 from journal.store import frozen
@@ -84,13 +84,14 @@ class History:
     version: str = ""
     epoch: int = 0
     durability: str = "sync"
+    edited_state: dict[int, dict] = field(default_factory=dict)  # a state fork: step -> the state seen there
 
     @classmethod
     def load(cls, run: Run) -> History:
         records, markers, last_seq = load_journal(run.id)
         return cls(run_id=str(run.id), workflow=run.agent, input=run.input or {}, records=records, markers=markers,
                    last_seq=last_seq, status=run.status, output=run.output, fingerprint=run.fingerprint,
-                   version=run.version, epoch=run.epoch, durability=run.durability)
+                   version=run.version, epoch=run.epoch, durability=run.durability, edited_state=edited_state(run))
 
     @property
     def total(self) -> int:
@@ -125,7 +126,9 @@ class History:
         return {"format": HISTORY_FORMAT, "run_id": self.run_id, "workflow": self.workflow, "input": self.input,
                 "status": self.status, "output": self.output, "fingerprint": self.fingerprint,
                 "version": self.version, "last_seq": self.last_seq, "records": records,
-                "markers": {str(pos): m for pos, m in sorted(self.markers.items())}}
+                "markers": {str(pos): m for pos, m in sorted(self.markers.items())},
+                **({"edited_state": {str(pos): st for pos, st in sorted(self.edited_state.items())}}
+                   if self.edited_state else {})}
 
     @classmethod
     def from_json(cls, data: str | bytes | dict) -> History:
@@ -137,7 +140,8 @@ class History:
                    records={int(pos): rec for pos, rec in data.get("records", {}).items()},
                    markers={int(pos): m for pos, m in data.get("markers", {}).items()},
                    last_seq=int(data.get("last_seq", 0)), status=data.get("status", ""), output=data.get("output"),
-                   fingerprint=data.get("fingerprint", ""), version=data.get("version", ""))
+                   fingerprint=data.get("fingerprint", ""), version=data.get("version", ""),
+                   edited_state={int(pos): st for pos, st in (data.get("edited_state") or {}).items()})
 
 
 def _require_run(run_id) -> None:

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from journal.driver.replayer import Divergence, ReplayCheck, replay
 from journal.engine import registry
+from journal.engine.checkpoints import FORK_STATE, checkpoint_for
 from journal.engine.history import History, StepState, state_at, step_total
 from journal.models import Checkpoint, CheckpointDecision, EffectStatus, EventKind, Run, SessionEvent, SideEffect
 from journal.operations.runs import get_run, refuse_if_erased
@@ -28,8 +29,8 @@ from journal.store.doorbell import notify
 from journal.store.errors import BadArgumentsError
 from journal.store.serialization import to_json
 
-__all__ = ["Divergence", "History", "ReplayCheck", "StepState", "blob_texts", "check_runs", "export_history", "fork",
-           "replay", "replay_check", "state_at", "step_total"]
+__all__ = ["FORK_STATE", "Divergence", "History", "ReplayCheck", "StepState", "blob_texts", "check_runs",
+           "export_history", "fork", "replay", "replay_check", "state_at", "step_total"]
 
 
 def export_history(run_id) -> dict:
@@ -45,14 +46,22 @@ log = logging.getLogger(__name__)
 
 # -- fork --------------------------------------------------------------------------------------
 
-def fork(run_id, at_step: int, *, override: Any = None, actor: str = "", reason: str = "") -> str:
+def fork(run_id, at_step: int, *, override: Any = None, state: dict | None = None, actor: str = "",
+         reason: str = "") -> str:
     """Start a new run that reuses the parent's results before ``at_step`` and continues live from there.
 
     With ``override`` the new run also records ``override`` as the result of step ``at_step`` (a
-    "what-if": the workflow sees that value instead of executing the step). Effects before the
-    fork point are not repeated (their ledger rows are copied, completed); effects after it run
-    under the new run's idempotency keys. The sandbox and explicit state start as the parent's
-    checkpoints had them before ``at_step``. The parent is not modified. Returns the new run id.
+    "what-if": the workflow sees that value instead of executing the step). With ``state`` (a
+    dict: LangGraph's ``update_state`` on a past checkpoint, for native runs) the workflow's
+    explicit state is ``state`` when step ``at_step`` begins: ``ctx.state`` reads it, and the
+    ``set_state`` calls the replayed code makes after step ``at_step - 1`` are superseded by it;
+    the edit is a checkpoint of the fork at ``at_step``, read on every execution of the fork, so
+    its resumes, recoveries and replay checks see the same state. Both may be given: step
+    ``at_step`` then returns ``override`` with ``state`` in place. Effects before the fork point
+    are not repeated (their ledger rows are copied, completed); effects after it run under the new
+    run's idempotency keys. The sandbox (and, without ``state``, the explicit state) start as the
+    parent's checkpoints had them before ``at_step``. The parent is not modified. Returns the new
+    run id.
     """
     parent = get_run(run_id)
     refuse_if_erased(parent, "fork")
@@ -65,6 +74,10 @@ def fork(run_id, at_step: int, *, override: Any = None, actor: str = "", reason:
             if total else f"cannot fork run {parent.id}: it has no recorded steps yet")
     registry.get_workflow(parent.agent)  # the fork must be drivable: fail now, clearly, if the agent is gone
     override_json = to_json(override, what="the override result") if override is not None else None
+    if state is not None and not isinstance(state, dict):
+        raise BadArgumentsError(f"the edited state must be a JSON object (a dict), not {type(state).__name__}: "
+                                "it is what ctx.state returns")
+    state_json = to_json(state, what="the edited state") if state is not None else None
     records = History.load(parent).upto(at_step)
     if override is not None and at_step not in records:
         raise BadArgumentsError(f"step {at_step} of run {parent.id} has no recorded result to override")
@@ -84,7 +97,7 @@ def fork(run_id, at_step: int, *, override: Any = None, actor: str = "", reason:
                 "forked_from": str(parent.id), "fork_step": at_step}),
             SessionEvent(run=child, seq=2, kind=EventKind.OPERATOR_ACTION, actor=actor, created_at=now, payload={
                 "action": "fork", "forked_from": str(parent.id), "at_step": at_step, "reason": reason,
-                "override": override is not None}),
+                "override": override is not None, "state": state is not None}),
         ]
         seq = 2
         for pos in sorted(records):
@@ -96,12 +109,16 @@ def fork(run_id, at_step: int, *, override: Any = None, actor: str = "", reason:
                 for key in ("error", "result_ref", "result"):
                     payload.pop(key, None)
                 payload.update({"result": override_json, "overridden": True, "overridden_by": actor})
+                if state_json is not None:  # the step is called with arguments taken from the edited state
+                    payload.pop("args_hash", None)
             seq += 1
             events.append(SessionEvent(run=child, seq=seq, kind=EventKind.STEP_COMPLETED, position=pos,
                                        step_name=rec["step_name"], payload=payload, actor=actor, created_at=now))
         SessionEvent.objects.bulk_create(events, batch_size=500)
         _copy_effects(parent.id, child, copy_upto, at_step, override_json if override is not None else None)
         _copy_checkpoints(parent.id, child, at_step)
+        if state_json is not None:
+            _write_edited_state(parent.id, child, at_step, state_json, actor)
         notify(child.id)
 
     log.info("run %s forked from %s at step %s by %s", child.id, parent.id, at_step, actor)
@@ -142,6 +159,18 @@ def _copy_checkpoints(parent_id, child: Run, at_step: int) -> None:
         rows.append(Checkpoint(run=child, position=0, decision=CheckpointDecision.TAKEN, manifest={}, state=None,
                                reason=f"fork of {parent_id} at step {at_step}: nothing checkpointed before it"))
     Checkpoint.objects.bulk_create(rows, batch_size=500)
+
+
+def _write_edited_state(parent_id, child: Run, at_step: int, state_json: dict, actor: str) -> None:
+    """The edit as a checkpoint of the fork at ``at_step``: the sandbox files as they were before the
+    step (the parent's), the state as edited. The context reads it (``edited_state``) on every
+    execution; the stepper shows it as the state at the fork step until the step writes its own."""
+    before = checkpoint_for(parent_id, at_step - 1) if at_step > 1 else None
+    Checkpoint.objects.create(
+        run=child, position=at_step, step_name=FORK_STATE, decision=CheckpointDecision.TAKEN,
+        reason=f"fork of {parent_id} at step {at_step}: state edited" + (f" by {actor}" if actor else ""),
+        manifest=dict(before.manifest) if before is not None else {}, state=state_json, bytes_written=0,
+        files_changed=0)
 
 
 # -- replay check ------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ random numbers, uuid generation, network or file I/O, reading mutable globals, t
 from __future__ import annotations
 
 import contextvars
+import copy
 import random as _random
 import threading
 import uuid
@@ -51,8 +52,14 @@ class Context:
     """Handed to every workflow as its first argument."""
 
     def __init__(self, *, run: Run, writer: JournalWriter, recorded: dict[int, dict], markers: dict[int, dict],
-                 worker_id: str = "", replay_only: bool = False):
-        """``writer`` is the run's fenced journal writer (the in-memory replayer passes one that writes nothing)."""
+                 worker_id: str = "", replay_only: bool = False, edited_state: dict[int, dict] | None = None):
+        """``writer`` is the run's fenced journal writer (the in-memory replayer passes one that writes nothing).
+
+        ``edited_state={N: state}`` for a fork made with edited state: once call N-1 has been made
+        (at once when N is 1) ``ctx.state`` is ``state``, and ``set_state`` calls the replayed code
+        makes before call N begins are superseded by it, so step N and everything after it see the
+        edit on every execution of the fork.
+        """
         self.run = run
         self.run_id: str = str(run.id)
         self.agent: str = run.agent
@@ -86,11 +93,24 @@ class Context:
         self.checkpointed_state: dict | None = None
         self.checkpointed_position: int | None = None
         self.state_chain: list | None = None
+        self.state_edits: dict[int, dict] = dict(edited_state or {})
+        if 1 in self.state_edits:
+            self._apply_state_edit()
 
     # -- bookkeeping the engine uses ---------------------------------------------------
     def next_position(self) -> int:
         self.position += 1
+        if self.state_edits and self.position + 1 in self.state_edits:
+            self._apply_state_edit()
         return self.position
+
+    def _apply_state_edit(self) -> None:
+        self.agent_state = copy.deepcopy(self.state_edits[self.position + 1])
+        self.state_dirty = True
+
+    def _state_pinned(self) -> bool:
+        """Between the end of call N-1 and the start of call N of a state fork: the edit stands."""
+        return bool(self.state_edits) and self.position + 1 in self.state_edits
 
     def check_interrupts(self) -> None:
         """Cooperative stop points: cancellation, pause and shutdown act at step boundaries."""
@@ -166,7 +186,10 @@ class Context:
         return self.agent_state
 
     def set_state(self, state: dict) -> None:
-        self.agent_state = to_json(state, what="agent state")
+        value = to_json(state, what="agent state")
+        if self._state_pinned():  # a state fork: the operator's edit replaces what the replayed code sets here
+            return
+        self.agent_state = value
         self.state_dirty = True
 
     def set_progress(self, done: int, total: int | None = None, label: str = "") -> None:

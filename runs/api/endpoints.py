@@ -394,14 +394,16 @@ _operator_action("compensate", 202, "Undo a failed, cancelled or needs_attention
 
 
 @api.post("/runs/{run_id}/fork", response={201: RunOut, **ERRORS}, tags=["actions"],
-          summary="Fork a run at a step: re-run from it, or with an edited result",
+          summary="Fork a run at a step: re-run from it, with an edited result, or with an edited state",
           description="A new run reuses the parent's results before at_step and continues live from there; with "
-                      "`override`, step at_step's result is that value instead (a what-if). The parent is not "
+                      "`override`, step at_step's result is that value instead (a what-if); with `state`, the "
+                      "workflow's explicit state is that object when step at_step begins. The parent is not "
                       "changed. 400 for a step the run has not recorded; 409 for a run with no steps yet.")
 def fork_run(request: HttpRequest, run_id: UUID, body: ForkIn):
     def call(run, actor):
         _require_steps(run, "fork from")
-        return journal.fork(run.id, body.at_step, override=body.override, actor=actor, reason=body.reason)
+        return journal.fork(run.id, body.at_step, override=body.override, state=body.state, actor=actor,
+                            reason=body.reason)
 
     new_id = _audited(request, "runs:fork", "fork", run_id, call, comment=body.reason,
                       describe=lambda new: f"forked at step {body.at_step}: {new}")

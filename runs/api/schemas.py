@@ -171,9 +171,13 @@ class ForkIn(Schema):
     at_step: int = Field(..., ge=1, le=2**63 - 1, description="1-based step position to fork from")
     override: Any = Field(None, description="a result recorded for step at_step instead of executing it (a "
                                             "what-if); omitted or null: re-run from that step")
+    state: dict[str, Any] | None = Field(None, description="the explicit state (ctx.state) the workflow holds "
+                                                           "when step at_step begins, instead of what its "
+                                                           "replayed code set (LangGraph's update_state on a "
+                                                           "past checkpoint); omitted or null: as recorded")
     reason: str = Field("", max_length=2000)
 
-    refuse_unstorable = field_validator("override", "reason")(_storable)
+    refuse_unstorable = field_validator("override", "state", "reason")(_storable)
 
 
 class ResolveIn(Schema):

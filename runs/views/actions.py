@@ -17,6 +17,7 @@ from runs.permissions import operator_required
 from runs.views.common import Outcome, get_run_or_404, parse_int, parse_json_field, perform
 
 EFFECT_RESOLUTIONS = ("done", "retry", "skip")
+FORKS = ("fork", "rerun", "fork_state", "fork_thread", "whatif")  # actions that answer with a new run
 
 
 def _text(request: HttpRequest, name: str, limit: int = 2000) -> str:
@@ -110,6 +111,50 @@ def _do_rerun(request, run, actor):
         lambda new_id: f"re-running from step {at_step}"
 
 
+def _do_fork_state(request, run, actor):
+    """Fork from step N with an edited explicit state (LangGraph's ``update_state`` on a past checkpoint):
+    sent only with the "use an edited state" box ticked; the textarea's pre-filled state alone never is."""
+    import journal
+
+    at_step = parse_int(request.POST.get("at_step", ""), minimum=1)
+    if at_step is None:
+        return "choose the step to fork from", "", None
+    if request.POST.get("edit_state") != "on":
+        return "tick \"use an edited state\" to fork with the state below, or re-run from the step instead", "", None
+    if not request.POST.get("state", "").strip():
+        return "the edited state is empty: write the JSON object ctx.state should hold, or re-run instead", "", None
+    state, error = parse_json_field(request.POST.get("state", ""), "the edited state")
+    if error:
+        return error, "", None
+    if not isinstance(state, dict):
+        return "the edited state must be a JSON object ({...}): it is what ctx.state returns", "", None
+    reason = _text(request, "reason")
+    return (lambda: journal.fork(run.id, at_step, state=state, actor=actor, reason=reason)), reason, \
+        lambda new_id: f"forked at step {at_step} with an edited state"
+
+
+def _do_fork_thread(request, run, actor):
+    """Fork a LangGraph run from a checkpoint of its thread with edited channel values (update_state on
+    a copy of the thread); sent only with its box ticked, never from the pre-filled values alone."""
+    import journal
+
+    checkpoint_id = _text(request, "checkpoint_id", 255)
+    if not checkpoint_id:
+        return "choose the checkpoint to fork from", "", None
+    if request.POST.get("edit_thread") != "on":
+        return "tick \"use these edited values\" to fork with the values below", "", None
+    values, error = parse_json_field(request.POST.get("values", ""), "the edited values")
+    if error:
+        return error, "", None
+    if not isinstance(values, dict):
+        return "the edited values must be a JSON object of channel -> value", "", None
+    as_node = _text(request, "as_node", 255) or None
+    reason = _text(request, "reason")
+    return (lambda: journal.fork_thread(run.id, checkpoint_id, values, as_node=as_node, actor=actor,
+                                        reason=reason)), reason, \
+        lambda new_id: f"forked the thread at checkpoint {checkpoint_id} with edited state"
+
+
 def _do_whatif(request, run, actor):
     """Re-run from a model-call step with another model (or other parameters): the same history up to
     that step, then every model call on the new choice; the new run opens beside its parent."""
@@ -166,6 +211,8 @@ ACTIONS: dict[str, Callable] = {
     "resolve_effect": _do_resolve,
     "fork": _do_fork,
     "rerun": _do_rerun,
+    "fork_state": _do_fork_state,
+    "fork_thread": _do_fork_thread,
     "whatif": _do_whatif,
     "replay_check": _do_replay_check,
 }
@@ -184,7 +231,7 @@ def run_action(request: HttpRequest, run_id, action: str) -> HttpResponse:
         outcome = Outcome(False, call)
     else:
         outcome = perform(request, action, call, run_id=run.id, comment=comment, describe=describe)
-    new_run = str(outcome.value) if outcome.ok and action in ("fork", "rerun", "whatif") else ""
+    new_run = str(outcome.value) if outcome.ok and action in FORKS else ""
     # A what-if opens beside its parent: the compare view, model answers, tokens and cost side by side.
     target = (f"{reverse('run_compare')}?a={run.id}&b={new_run}" if action == "whatif"
               else reverse("run_detail", args=[new_run])) if new_run else ""

@@ -22,6 +22,7 @@ from journal.operations.runs import refusal
 from runs import charts, stepper, window
 from runs.permissions import viewer_required
 from runs.views.common import get_run_or_404, parse_int
+from runs.views.thread import thread_view
 
 EVENTS_PAGE = 100  # events of the window's steps per page; the next page is a click away
 TAB_ROWS = 200
@@ -66,6 +67,7 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "lineage": lineage,
         "in_doubt": SideEffect.objects.filter(run=run, status="started").order_by("position").first(),
         "approval": _pending_approval(run),
+        "thread": thread_view(run),  # a run that drives a LangGraph graph: its thread's newest checkpoint
     })
     refused = {a: refusal(run, a) for a in LIFECYCLE}
     context["allowed"] = {a for a, why in refused.items() if not why}

@@ -52,6 +52,21 @@ def pipeline(ctx, n: int) -> dict:
     return {"total": total, "verdict": v["verdict"], "sent": sent["sent"]}
 
 
+@journal.workflow(name="tt-state", signals=("go",))
+def state_flow(ctx, n: int, wait: bool = False) -> dict:
+    """Explicit state drives the work: each addition reads the running total from ctx.state (so a
+    fork with edited state changes what the later steps compute); optionally waits before the verdict."""
+    ctx.set_state({"total": 0, "seen": []})
+    for i in range(1, n + 1):
+        st = ctx.state
+        total = add(st["total"], i)
+        ctx.set_state({"total": total, "seen": [*st["seen"], i]})
+    if wait:
+        ctx.wait_for_signal("go")
+    v = verdict(ctx.state["total"])
+    return {"total": ctx.state["total"], "seen": ctx.state["seen"], "verdict": v["verdict"]}
+
+
 @journal.workflow(name="tt-wait", signals=("go",))
 def waiter(ctx, n: int) -> dict:
     """n additions, then a wait for a signal, then one more addition."""

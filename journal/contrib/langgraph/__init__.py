@@ -11,7 +11,8 @@
 Needs Django set up: the saver stores threads in durable-ui's database.
 """
 
-from journal.contrib.langgraph import retention  # noqa: F401  (connects: a purged run takes its thread along)
+# history registers the dashboard's thread bridge; retention connects: a purged run takes its thread along
+from journal.contrib.langgraph import history, retention  # noqa: F401
 from journal.contrib.langgraph.saver import JournalSaver
 from journal.contrib.langgraph.workflows import graph_workflow, run_on_thread, start
 

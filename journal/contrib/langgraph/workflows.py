@@ -57,6 +57,7 @@ def graph_workflow(fn: Callable[[], Any] | None = None, *, name: str | None = No
         run_graph.__signature__ = inspect.signature(run_graph)  # type: ignore[attr-defined]
         run_graph.__module__, run_graph.__qualname__ = build.__module__, build.__qualname__
         run_graph.__name__, run_graph.__wrapped__ = build.__name__, build  # type: ignore[attr-defined]
+        run_graph.__durable_graph__ = build  # type: ignore[attr-defined]  (a fork rebuilds the graph from it)
         journal.workflow(name=name or build.__name__, version=version, durability=durability,
                          description=description or (inspect.getdoc(build) or "").split("\n\n")[0])(run_graph)
         build.__durable_workflow__ = run_graph.__durable_workflow__  # type: ignore[attr-defined]
