@@ -148,7 +148,7 @@ class LangGraphThreads:
                     graph.update_state({"configurable": {"thread_id": target, "checkpoint_ns": NS,
                                                          "checkpoint_id": str(checkpoint_id)}},
                                        update, as_node=as_node)
-                journal.start_run(run.agent, [None], actor=actor, run_id=new_id)
+                journal.start_run(run.agent, [None], actor=actor, run_id=new_id, subject=run.subject or None)
                 Run.objects.filter(id=new_id).update(forked_from=run, fork_step=1)
                 SessionEvent.objects.create(run_id=new_id, seq=2, kind=EventKind.OPERATOR_ACTION, actor=actor,
                                             payload={"action": "fork", "forked_from": str(run.id), "at_step": 1,
