@@ -8,6 +8,7 @@ from journal.models.langgraph import LangGraphChannel, LangGraphCheckpoint, Lang
 from journal.models.retention import RetentionRule
 from journal.models.run import LIVE_STATUSES, TERMINAL_STATUSES, Run, RunStatus
 from journal.models.sandbox import Sandbox, SandboxCommand
+from journal.models.search import RunStep, step_name_keys
 from journal.models.session import AppendOnlyError, EventKind, SessionEvent
 from journal.models.signals import Signal
 from journal.models.trace import SpanKind, TraceSpan
@@ -32,6 +33,7 @@ __all__ = [
     "RetentionRule",
     "Run",
     "RunStatus",
+    "RunStep",
     "Sandbox",
     "SandboxCommand",
     "SessionEvent",
@@ -42,4 +44,5 @@ __all__ = [
     "TraceSpan",
     "Worker",
     "WorkerKind",
+    "step_name_keys",
 ]
