@@ -156,9 +156,8 @@ def main() -> None:
         fork_id = journal.fork(long.id, at_step=args.steps // 2, actor="bench")
         EmbeddedWorker(concurrency=1, poll_interval=0.01).run(until_idle=True, max_seconds=1800)
         fork = Run.objects.get(id=fork_id)
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("ANALYZE")
+    with connection.cursor() as cursor:  # planner statistics on both (SQLite's PRAGMA optimize does the same)
+        cursor.execute("ANALYZE")
     user, _ = User.objects.get_or_create(username="bench-admin", defaults={"is_superuser": True, "is_staff": True})
     client = Client()
     client.force_login(user)

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.db.models import Q, QuerySet, TextField
+from django.db.models import Exists, OuterRef, Q, QuerySet, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -177,10 +177,21 @@ def _term(key: str, value: str) -> Q:
     # (tests.agents.demo.explode) and the last parts are what people type; the summary holds each name
     # with its dotted tails, so the match is one equality on its unique (name, failed, run) index
     failed = key == "failed_step"
-    runs = RunStep.objects.filter(name=value[:200], failed=failed).values("run_id")
+    steps = RunStep.objects.filter(name=value[:200], failed=failed)
+    if steps.values("pk")[:COMMON_STEP].count() >= COMMON_STEP:
+        # a common name: walk the page's own order and probe the (name, failed, run) index per run,
+        # the next matches come within a few rows
+        q = Q(Exists(steps.filter(run_id=OuterRef("id"))))
+    else:  # a rare one: its few runs by primary key, then sorted (probing every run would find none)
+        q = Q(id__in=steps.values("run_id"))
     if failed:  # the step of its latest failure, while it has not completed since
-        return Q(id__in=runs) & ~Q(failed_step="")
-    return Q(id__in=runs)
+        return q & ~Q(failed_step="")
+    return q
+
+
+# Runs with a step name beyond which a search probes each listed run rather than fetching them all:
+# counted on the index, at most this many entries read.
+COMMON_STEP = 1000
 
 
 # -- comparisons: waited:>1h, cost:>0.5, tokens:>1000, created:>2026-11-01, and a..b ranges -----------------

@@ -187,3 +187,17 @@ def test_the_backfill_rebuilds_from_the_journals_what_the_engine_kept(demo, driv
         assert (suspended_at is None) == (want[2] is None), run_id
         if suspended_at is not None:
             assert abs(suspended_at - want[2]) < timedelta(seconds=0.2)
+
+
+def test_a_common_step_name_is_probed_per_run_with_the_same_answers(client, personas, demo, monkeypatch):
+    from runs import queries
+
+    client.force_login(personas["viewer"])
+    rare = {q: _listed(client, q) for q in ("step:fetch_doc", "failed_step:explode", "step:no_such_step",
+                                            "status:failed step:summarize_doc")}
+    monkeypatch.setattr(queries, "COMMON_STEP", 1)  # every name counts as common: the EXISTS probe
+    with CaptureQueriesContext(connection) as queries_seen:
+        assert _listed(client, "step:fetch_doc") == rare["step:fetch_doc"]
+    assert any("EXISTS" in q["sql"].upper() and "journal_runstep" in q["sql"] for q in queries_seen.captured_queries)
+    for q, want in rare.items():
+        assert _listed(client, q) == want, q
