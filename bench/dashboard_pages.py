@@ -1,7 +1,7 @@
 """Server time of the dashboard's pages at scale: the runs list over 100k runs and each search term,
 a 10k-step journal, and the compare page of that run with a fork from its middle.
 
-    .venv/bin/python bench/dashboard_pages.py [--runs 100000] [--steps 10000] [--repeat 30]
+    .venv/bin/python bench/dashboard_pages.py [--runs 100000] [--steps 10000] [--repeat 30] [--only search]
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/durable_bench_dash .venv/bin/python bench/dashboard_pages.py
 
 Runs are bulk-inserted rows (the list reads only the run table); the long journal is made by the
@@ -143,6 +143,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--only", default="", help="time only the pages whose name contains this text")
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
     seed_runs(args.runs)
@@ -186,6 +187,8 @@ def main() -> None:
     }
     results = []
     for name, url in pages.items():
+        if args.only not in name:
+            continue
         headers = {"HTTP_HX_REQUEST": "true"} if "fragment" in url else {}
         client.defaults.update(headers)
         row = {"page": name, **timed(client, url, args.repeat)}
