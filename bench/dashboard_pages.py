@@ -1,6 +1,7 @@
-"""Server time of the dashboard's pages at scale: the runs list over 100k runs, a 10k-step journal.
+"""Server time of the dashboard's pages at scale: the runs list over 100k runs and each search term,
+a 10k-step journal, and the compare page of that run with a fork from its middle.
 
-    .venv/bin/python bench/dashboard_pages.py [--runs 100000] [--steps 10000] [--repeat 30]
+    .venv/bin/python bench/dashboard_pages.py [--runs 100000] [--steps 10000] [--repeat 30] [--only search]
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/durable_bench_dash .venv/bin/python bench/dashboard_pages.py
 
 Runs are bulk-inserted rows (the list reads only the run table); the long journal is made by the
@@ -21,6 +22,7 @@ import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlencode
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -42,7 +44,7 @@ from django.utils import timezone  # noqa: E402
 
 import journal  # noqa: E402
 from journal.driver.worker import EmbeddedWorker  # noqa: E402
-from journal.models import Run  # noqa: E402
+from journal.models import Run, RunStep, step_name_keys  # noqa: E402
 
 STATUSES = ["completed"] * 80 + ["failed"] * 8 + ["suspended"] * 6 + ["running"] * 3 + ["cancelled"] * 3
 AGENTS = ["contracts", "coderepair", "research", "triage"]
@@ -63,11 +65,29 @@ def long_run(ctx, n: int) -> int:
     return total
 
 
+def _step_rows(run: Run, i: int) -> list[RunStep]:
+    """The engine's search summary for a seeded run, as the writer would have kept it: each step name
+    with its dotted tails; failed runs also the step they failed at."""
+    names = ["bench.fetch", "bench.summarize", f"bench.review_{run.agent}"]
+    rows = [RunStep(run_id=run.id, name=key, failed=False) for name in names for key in step_name_keys(name)]
+    if run.status == "failed":
+        rows += [RunStep(run_id=run.id, name=key, failed=True) for key in step_name_keys("bench.parse")]
+    return rows
+
+
 def seed_runs(n: int) -> None:
     if Run.objects.filter(agent__in=AGENTS).count() >= n:
         return
     now = timezone.now()
-    batch = []
+    batch: list[Run] = []
+    steps: list[RunStep] = []
+
+    def flush() -> None:
+        Run.objects.bulk_create(batch)
+        RunStep.objects.bulk_create(steps, batch_size=5000)
+        batch.clear()
+        steps.clear()
+
     for i in range(n):
         status = STATUSES[i % len(STATUSES)]
         created = now - timedelta(seconds=30 * (n - i))
@@ -77,12 +97,30 @@ def seed_runs(n: int) -> None:
                          error="ValueError: parse failed" if status == "failed" else "",
                          steps=i % 40, tokens=i % 5000, cost=(i % 100) / 1000, created_at=created,
                          started_at=created, finished_at=created + timedelta(seconds=i % 300)
-                         if status in ("completed", "failed", "cancelled") else None))
+                         if status in ("completed", "failed", "cancelled") else None,
+                         failed_step="bench.parse" if status == "failed" else "",
+                         # one run in ten waited, from seconds to a few hours
+                         waited=timedelta(seconds=(i * 37) % 14400) if i % 10 == 0 else timedelta(0)))
+        steps += _step_rows(batch[-1], i)
         if len(batch) == 5000:
-            Run.objects.bulk_create(batch)
-            batch = []
+            flush()
     if batch:
-        Run.objects.bulk_create(batch)
+        flush()
+
+
+# Each search term on the seeded runs: many matches, few, none, and terms combined.
+SEARCHES = [
+    "status:failed", "agent:research", "version:2", "id:3fa2", 'error:"parse failed"',
+    "step:fetch",  # every run
+    "step:review_triage",  # a quarter
+    "step:bench.review_research",  # a dotted tail
+    "step:no_such_step",  # none
+    "failed_step:parse",  # the failed runs
+    "failed_step:fetch",  # none: ran it, did not fail there
+    "waited:>1h", "waited:10m..2h", "cost:>0.05", "cost:0.01..0.02", "tokens:>1000", "tokens:<=10",
+    "created:>2026-11-01", "created:<2020-01-01",
+    "status:failed step:review_triage cost:>0.05",
+]
 
 
 def timed(client: Client, url: str, repeat: int) -> dict:
@@ -105,17 +143,22 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--only", default="", help="time only the pages whose name contains this text")
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
     seed_runs(args.runs)
-    long = Run.objects.filter(agent="bench-dashboard-long", status="completed").first()
+    long = Run.objects.filter(agent="bench-dashboard-long", status="completed", forked_from__isnull=True).first()
     if long is None:
         run_id = journal.start("bench-dashboard-long", args.steps)
         EmbeddedWorker(concurrency=1, poll_interval=0.01).run(until_idle=True, max_seconds=1800)
         long = Run.objects.get(id=run_id)
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("ANALYZE")
+    fork = Run.objects.filter(agent="bench-dashboard-long", forked_from=long, status="completed").first()
+    if fork is None:  # the compare page: a fork of the long run from its middle, run to its end
+        fork_id = journal.fork(long.id, at_step=args.steps // 2, actor="bench")
+        EmbeddedWorker(concurrency=1, poll_interval=0.01).run(until_idle=True, max_seconds=1800)
+        fork = Run.objects.get(id=fork_id)
+    with connection.cursor() as cursor:  # planner statistics on both (SQLite's PRAGMA optimize does the same)
+        cursor.execute("ANALYZE")
     user, _ = User.objects.get_or_create(username="bench-admin", defaults={"is_superuser": True, "is_staff": True})
     client = Client()
     client.force_login(user)
@@ -130,6 +173,8 @@ def main() -> None:
         "runs list, deep page (keyset)": f"/?after={encode_cursor(deep[0], deep[1])}",
         "runs list, sorted by cost": "/?sort=-cost",
         "runs list, text search": "/?q=document-4242.pdf",
+        **{f"search {q}": "/?" + urlencode({"q": q}) for q in SEARCHES},
+        f"compare, {args.steps}-step run with its fork": f"/runs/compare/?a={long.id}&b={fork.id}",
         "live fragment, 50 ids": "/runs/live/?ids=" + ",".join(
             str(i) for i in Run.objects.filter(status="running").values_list("id", flat=True)[:50]),
         f"run detail, {args.steps}-step journal (last step)": f"/runs/{long.id}/",
@@ -142,6 +187,8 @@ def main() -> None:
     }
     results = []
     for name, url in pages.items():
+        if args.only not in name:
+            continue
         headers = {"HTTP_HX_REQUEST": "true"} if "fragment" in url else {}
         client.defaults.update(headers)
         row = {"page": name, **timed(client, url, args.repeat)}

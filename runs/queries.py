@@ -12,15 +12,16 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.db.models import Q, QuerySet, TextField
+from django.db.models import Exists, OuterRef, Q, QuerySet, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from journal.models import LIVE_STATUSES, Run, RunStatus
+from journal.models import LIVE_STATUSES, Run, RunStatus, RunStep
 
 PAGE_SIZE = 50
 # Sortable columns: all NOT NULL, so (value, id) is a total order the keyset can walk.
@@ -118,7 +119,12 @@ SEARCH_KEYS = {
     "error": "text in the run's error (error:\"unexpected token\")",
     "step": "ran a step of that name (step:summarize_doc)",
     "failed_step": "failed at a step of that name (failed_step:explode)",
+    "waited": "time spent suspended: >, <, >=, <= or a range, in s/m/h/d/w (waited:>1h, waited:10m..2h)",
+    "cost": "cost in dollars: >, <, >=, <=, = or a range (cost:>0.5, cost:0.1..1)",
+    "tokens": "tokens used: >, <, >=, <=, = or a range (tokens:>1000)",
+    "created": "created on, before or after a day or time (created:>2026-11-01, created:2026-11-01..2026-11-30)",
 }
+RANGE_KEYS = ("waited", "cost", "tokens", "created")
 _TERM = re.compile(r'(?:^|(?<=\s))([a-z_]+):(?:"([^"]*)"|(\S+))')
 
 
@@ -140,6 +146,8 @@ def parse_search(text: str, errors: list[str]) -> tuple[str, list[tuple[str, str
             errors.append(f"id:{value} is not a run id or the start of one (4 or more hex digits)")
         elif _UNBINDABLE.search(value):
             errors.append(f"{key}: the value holds a character no database can search for")
+        elif key in RANGE_KEYS and (problem := _range_problem(key, value)):
+            errors.append(problem)
         else:
             terms.append((key, value[:200]))
         return ""
@@ -148,16 +156,9 @@ def parse_search(text: str, errors: list[str]) -> tuple[str, list[tuple[str, str
     return " ".join(rest.split()), terms
 
 
-def _step_named(value: str) -> Q:
-    """Step names are dotted paths (tests.agents.demo.explode): the last part is what people type."""
-    return Q(step_name=value) | Q(step_name__endswith="." + value)
-
-
 def _term(key: str, value: str) -> Q:
-    from django.db.models import Exists, OuterRef
-
-    from journal.models import EventKind, SessionEvent
-
+    if key in RANGE_KEYS:
+        return _range_q(key, value)
     if key == "status":
         return Q(status=value)
     if key == "agent":
@@ -172,12 +173,143 @@ def _term(key: str, value: str) -> Q:
         return Q(id__gte=low, id__lte=high)
     if key == "error":
         return Q(error__icontains=value)
-    # step / failed_step: an EXISTS probe per candidate run on the journal's (run, position) index
-    steps = SessionEvent.objects.filter(_step_named(value), run_id=OuterRef("id"), position__isnull=False,
-                                        kind=EventKind.STEP_COMPLETED)
-    if key == "failed_step":
-        steps = steps.filter(payload__has_key="error")
-    return Exists(steps)
+    # step / failed_step: the engine's summary of step names. Step names are dotted paths
+    # (tests.agents.demo.explode) and the last parts are what people type; the summary holds each name
+    # with its dotted tails, so the match is one equality on its unique (name, failed, run) index
+    failed = key == "failed_step"
+    steps = RunStep.objects.filter(name=value[:200], failed=failed)
+    if steps.values("pk")[:COMMON_STEP].count() >= COMMON_STEP:
+        # a common name: walk the page's own order and probe the (name, failed, run) index per run,
+        # the next matches come within a few rows
+        q = Q(Exists(steps.filter(run_id=OuterRef("id"))))
+    else:  # a rare one: its few runs by primary key, then sorted (probing every run would find none)
+        q = Q(id__in=steps.values("run_id"))
+    if failed:  # the step of its latest failure, while it has not completed since
+        return q & ~Q(failed_step="")
+    return q
+
+
+# Runs with a step name beyond which a search probes each listed run rather than fetching them all:
+# counted on the index, at most this many entries read.
+COMMON_STEP = 1000
+
+
+# -- comparisons: waited:>1h, cost:>0.5, tokens:>1000, created:>2026-11-01, and a..b ranges -----------------
+_COMPARISON = re.compile(r"(>=|<=|>|<|=)?(.+)")
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])")
+_DAY = re.compile(r"[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_MAX_COST = Decimal("99999999")
+_MAX_TOKENS = 2**63 - 1
+_MAX_WAIT = timedelta(days=365 * 100)
+_FORMATS = {
+    "waited": "a duration such as 90s, 10m, 1h30m, 2d",
+    "cost": "a number of dollars such as 0.5",
+    "tokens": "a whole number such as 1000",
+    "created": "a date or time such as 2026-11-01 or 2026-11-01T09:30",
+}
+
+
+class _Bad(ValueError):
+    pass
+
+
+def _duration(text: str) -> timedelta:
+    text = text.strip().lower()
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
+        seconds = float(text)
+    else:
+        parts = _DURATION_PART.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise _Bad
+        seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    if seconds > _MAX_WAIT.total_seconds():
+        raise _Bad
+    return timedelta(seconds=seconds)
+
+
+def _decimal(text: str) -> Decimal:
+    try:
+        value = Decimal(text.strip().lstrip("$"))
+    except (InvalidOperation, ValueError):
+        raise _Bad from None
+    if not value.is_finite() or abs(value) > _MAX_COST:
+        raise _Bad
+    return value
+
+
+def _integer(text: str) -> int:
+    text = text.strip().replace(",", "").replace("_", "")
+    if not re.fullmatch(r"[0-9]{1,19}", text) or int(text) > _MAX_TOKENS:
+        raise _Bad
+    return int(text)
+
+
+def _moment(text: str) -> tuple[datetime, datetime]:
+    """The first and last instant a date or time names (a day covers the whole day)."""
+    errors: list[str] = []
+    start = _parse_time(text, "created", errors)
+    if start is None or errors:
+        raise _Bad
+    if _DAY.fullmatch(text.strip()):
+        return start, start + timedelta(days=1) - timedelta(microseconds=1)
+    return start, start
+
+
+_COLUMNS = {"waited": "waited", "cost": "cost", "tokens": "tokens", "created": "created_at"}
+
+
+def _bounds(key: str, text: str):
+    """(column lookups) for one term value; _Bad when it cannot be one."""
+    column = _COLUMNS[key]
+    if key == "created":
+        def parse(t):
+            return _moment(t)
+    else:
+        one = {"waited": _duration, "cost": _decimal, "tokens": _integer}[key]
+
+        def parse(t):
+            v = one(t)
+            return v, v
+    if ".." in text:
+        low_text, high_text = text.split("..", 1)
+        lookups = {}
+        if low_text.strip() not in ("", "*"):
+            lookups[f"{column}__gte"] = parse(low_text)[0]
+        if high_text.strip() not in ("", "*"):
+            lookups[f"{column}__lte"] = parse(high_text)[1]
+        if not lookups:
+            raise _Bad
+        return lookups
+    m = _COMPARISON.fullmatch(text.strip())
+    if m is None:
+        raise _Bad
+    op, rest = m.group(1), m.group(2)
+    first, last = parse(rest)
+    if op == ">":
+        return {f"{column}__gt": last}
+    if op == ">=":
+        return {f"{column}__gte": first}
+    if op == "<":
+        return {f"{column}__lt": first}
+    if op == "<=":
+        return {f"{column}__lte": last}
+    if key == "waited" and op is None:  # "waited:1h" reads as "waited an hour or more"
+        return {f"{column}__gte": first}
+    return {f"{column}__gte": first, f"{column}__lte": last}
+
+
+def _range_problem(key: str, value: str) -> str:
+    try:
+        _bounds(key, value)
+    except _Bad:
+        return (f"{key}:{value} is not understood: use {_FORMATS[key]}, with >, <, >=, <= in front "
+                f"or a range a..b, e.g. {SEARCH_KEYS[key].split('(')[-1].rstrip(')')}")
+    return ""
+
+
+def _range_q(key: str, value: str) -> Q:
+    return Q(**_bounds(key, value))
 
 
 def id_prefix_range(text: str) -> tuple[uuid.UUID, uuid.UUID] | None:

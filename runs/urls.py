@@ -10,6 +10,7 @@ urlpatterns = [
     path("", runs.run_list, name="run_list"),
     path("runs/live/", runs.run_list_live, name="run_list_live"),
     path("runs/bulk/", runs.bulk_action, name="run_bulk"),
+    path("runs/bulk/<uuid:job_id>/", runs.bulk_job, name="bulk_job"),
     path("runs/compare/", compare.compare, name="run_compare"),
     path("runs/<uuid:run_id>/", detail.run_detail, name="run_detail"),
     path("runs/<uuid:run_id>/header/", detail.run_header, name="run_header"),

@@ -439,3 +439,37 @@ def test_what_if_a_model_call_had_used_the_large_model_opens_the_compare_view(pa
 
     assert AuditEntry.objects.filter(action="whatif", ok=True).exists()
     assert not page.js_errors, page.js_errors
+
+
+def test_bulk_on_a_whole_search_counts_first_then_shows_live_progress_to_the_end(page, live_server, personas, drive,
+                                                                                   settings):
+    from runs.models import AuditEntry, BulkJob
+
+    settings.DASHBOARD_BULK_INLINE_MAX = 3  # more than a handful goes to the background
+    demo = make_demo_runs(drive)
+    failed = [demo.failed, *(journal.start("dash_fail", f"f{i}.csv") for i in range(8))]
+    drive(concurrency=4)
+    login(page, live_server, "operator")
+    page.goto(f"{live_server.url}/?q=step:fetch_doc")  # 9 failed, 1 completed, 2 suspended runs ran it
+    page.select_option("#filter-action", "retry")
+    page.click("#filter-count-btn")
+    page.wait_for_selector("#filter-count")
+    assert "12 runs match this search (1 completed, 9 failed, 2 suspended)" in page.inner_text("#filter-count")
+    assert not BulkJob.objects.exists() and Run.objects.get(id=demo.failed).status == RunStatus.FAILED
+    shot(page, "28-bulk-on-search-background-count")
+
+    page.click("#filter-confirm")
+    page.wait_for_url(re.compile(r"/runs/bulk/[0-9a-f-]{36}/$"))
+    assert page.locator("#bulk-bar").count() == 1
+    page.wait_for_selector("#bulk-progress[data-state=finished]", timeout=60_000)  # swapped in by the poll
+    counts = " ".join(page.inner_text("#bulk-counts").split())
+    assert counts.startswith("12 of 12 runs:") and "9 retry done" in counts and "3 refused by their state" in counts
+    assert page.get_attribute("#bulk-bar", "value") == "100"
+    refused = page.inner_text("#bulk-refusals")
+    assert "1 completed" in refused and "2 suspended" in refused
+    for run_id in (demo.ok, demo.waiting):
+        assert page.locator(f"#bulk-refusals a[href='/runs/{run_id}/']").count() == 1
+    assert all(s == RunStatus.PENDING for s in Run.objects.filter(id__in=failed).values_list("status", flat=True))
+    assert AuditEntry.objects.filter(action="retry", ok=True).count() == 9
+    shot(page, "29-bulk-on-search-background-done")
+    assert not page.js_errors, page.js_errors

@@ -33,7 +33,7 @@ from journal.engine.restore import prepare_sandbox
 from journal.models import EventKind, Run, RunStatus, SessionEvent, TraceSpan
 from journal.primitives import approvals, children, waits
 from journal.primitives.context import Context, _current
-from journal.store import frozen
+from journal.store import frozen, summaries
 from journal.store.doorbell import notify
 from journal.store.errors import (
     Cancelled,
@@ -41,6 +41,7 @@ from journal.store.errors import (
     NeedsAttention,
     NondeterminismError,
     Released,
+    StepError,
     Suspend,
     UnknownAgentError,
 )
@@ -120,7 +121,7 @@ def _drive(ctx: Context, run: Run, claim: Claim, worker_id: str) -> str:
             output = defn.fn(ctx, *args, **kwargs)
         output = to_json(output, what=f"the return value of workflow {run.agent}")
         return _settle(ctx, RunStatus.COMPLETED, EventKind.RUN_COMPLETED, {"output": output}, output=output,
-                       finished_at=timezone.now())
+                       failed_step="", finished_at=timezone.now())
     except Suspend as suspend:
         return _suspend(ctx, suspend)
     except Released as released:
@@ -150,10 +151,13 @@ def _drive(ctx: Context, run: Run, claim: Claim, worker_id: str) -> str:
             raise unavailable(exc, f"driving run {run.id}") from exc
         error_type, message = exception_text(exc)  # what the workflow raised, made storable (never a stuck run)
         error = f"{error_type}: {message}"
+        failed_step = storable_text(exc.step_name)[:200] if isinstance(exc, StepError) else ""
         status = _settle(ctx, RunStatus.FAILED, EventKind.RUN_FAILED,
                          {"error": error, "type": error_type,
                           "traceback": storable_text(traceback.format_exc())[-8000:]},
-                         error=error[:10000], error_type=error_type[:200], finished_at=timezone.now())
+                         also=lambda: summaries.record_failed_step(run.id, failed_step),
+                         error=error[:10000], error_type=error_type[:200], failed_step=failed_step,
+                         finished_at=timezone.now())
         after_failure(ctx)
         return status
 
@@ -174,11 +178,14 @@ def _recover_spans(ctx: Context) -> None:
              attributes={"rebuilt_from_journal": True})
 
 
-def _settle(ctx: Context, status: str, event: str, payload: dict, **fields: Any) -> str:
+def _settle(ctx: Context, status: str, event: str, payload: dict, *, also: Callable[[], None] | None = None,
+            **fields: Any) -> str:
     move = settle_move(ctx, status, **{**end_fields(ctx), "waiting_for": None, "wake_at": None, **fields})
 
     def commit() -> None:
         move()
+        if also is not None:  # more of the run's summary, in the same transaction
+            also()
         if ctx.run.parent_id is not None:
             # The last of its group to end wakes its parent, in this same transaction.
             children.wake_parent(ctx.run.parent_id, ctx.run.concurrency_key)

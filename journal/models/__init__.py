@@ -9,6 +9,7 @@ from journal.models.langgraph import LangGraphChannel, LangGraphCheckpoint, Lang
 from journal.models.retention import RetentionRule
 from journal.models.run import LIVE_STATUSES, TERMINAL_STATUSES, Run, RunStatus
 from journal.models.sandbox import Sandbox, SandboxCommand
+from journal.models.search import RunStep, step_name_keys
 from journal.models.session import AppendOnlyError, EventKind, SessionEvent
 from journal.models.signals import Signal
 from journal.models.trace import SpanKind, TraceSpan
@@ -35,6 +36,7 @@ __all__ = [
     "RetentionRule",
     "Run",
     "RunStatus",
+    "RunStep",
     "Sandbox",
     "SandboxCommand",
     "SessionEvent",
@@ -46,4 +48,5 @@ __all__ = [
     "Worker",
     "WorkerKind",
     "run_erased",
+    "step_name_keys",
 ]

@@ -1,6 +1,7 @@
 """Run: ties the five concerns together and carries the lease that decides who may advance it."""
 
 import uuid
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
@@ -97,6 +98,12 @@ class Run(models.Model):
     tokens = models.PositiveBigIntegerField(default=0)
     cost = models.DecimalField(max_digits=14, decimal_places=6, default=0)
     attempts = models.PositiveIntegerField(default=0)  # times a worker claimed it
+    # Search summaries, written by the run state's owner in the UPDATE that moves the run: the step it
+    # failed at (its dotted name; cleared when it completes), the time spent suspended (summed when a
+    # suspension ends) and when the current suspension began.
+    failed_step = models.CharField(max_length=200, blank=True, default="")
+    waited = models.DurationField(default=timedelta(0))
+    suspended_at = models.DateTimeField(null=True, blank=True)
 
     created_by = models.CharField(max_length=150, blank=True)
     # Whose data the run holds (a customer, a user): set at start or by ``ctx.set_subject``; what
@@ -126,6 +133,9 @@ class Run(models.Model):
                 name="run_leased",
                 condition=Q(status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING]),
             ),
+            models.Index(fields=["cost"], name="run_cost"),
+            models.Index(fields=["tokens"], name="run_tokens"),
+            models.Index(fields=["waited"], name="run_waited"),
             models.Index(fields=["parent"], name="run_parent", condition=Q(parent__isnull=False)),
             models.Index(fields=["concurrency_key"], name="run_group_open",
                          condition=Q(status__in=[RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED,

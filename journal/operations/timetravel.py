@@ -24,7 +24,7 @@ from journal.engine.checkpoints import FORK_STATE, checkpoint_for
 from journal.engine.history import History, StepState, state_at, step_total
 from journal.models import Checkpoint, CheckpointDecision, EffectStatus, EventKind, Run, SessionEvent, SideEffect
 from journal.operations.runs import get_run, refuse_if_erased
-from journal.store import blobs
+from journal.store import blobs, summaries
 from journal.store.doorbell import notify
 from journal.store.errors import BadArgumentsError
 from journal.store.serialization import to_json
@@ -115,6 +115,7 @@ def fork(run_id, at_step: int, *, override: Any = None, state: dict | None = Non
             events.append(SessionEvent(run=child, seq=seq, kind=EventKind.STEP_COMPLETED, position=pos,
                                        step_name=rec["step_name"], payload=payload, actor=actor, created_at=now))
         SessionEvent.objects.bulk_create(events, batch_size=500)
+        summaries.record_step_names(child.id, {e.step_name for e in events if e.step_name})
         _copy_effects(parent.id, child, copy_upto, at_step, override_json if override is not None else None)
         _copy_checkpoints(parent.id, child, at_step)
         if state_json is not None:

@@ -22,7 +22,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection
-from django.db.models import F, Max
+from django.db.models import Case, DurationField, ExpressionWrapper, F, Max, Value, When
+from django.utils import timezone
 
 from journal.models import LIVE_STATUSES, TERMINAL_STATUSES, Run, RunStatus, SessionEvent
 from journal.store import frozen
@@ -131,7 +132,7 @@ def move(run_id, target: str, *, cause: Cause, sources: Iterable[str], at_epoch:
     where = {"id": run_id, "status__in": sources, **(filters or {})}
     if at_epoch is not None:
         where["epoch"] = at_epoch
-    moved = frozen.update(Run.objects, where, {"status": target, **fields}) == 1
+    moved = frozen.update(Run.objects, where, {"status": target, **_suspension_fields(target, sources, fields)}) == 1
     if moved and event is not None:
         append_event(run_id, event, payload or {}, actor=actor)
     return moved
@@ -140,9 +141,24 @@ def move(run_id, target: str, *, cause: Cause, sources: Iterable[str], at_epoch:
 def move_fenced(run_id, epoch: int, target: str, *, cause: Cause, sources: Iterable[str], **fields: Any) -> None:
     """The driving worker's move: fenced by its claim's epoch; LeaseLost if another worker took the run."""
     sources = check(sources, target, cause)
+    fields = _suspension_fields(target, sources, fields)
     if frozen.update(Run.objects, {"id": run_id, "epoch": epoch, "status__in": sources},
                      {"status": target, **fields}) != 1:
         raise LeaseLost(f"run {run_id} was claimed by another worker")
+
+
+def _suspension_fields(target: str, sources: tuple[str, ...], fields: dict[str, Any]) -> dict[str, Any]:
+    """The search summary of waiting, kept in the move's own UPDATE: a run that suspends notes when;
+    a run that leaves ``suspended`` (woken, claimed by its timer, cancelled) adds the time it waited."""
+    if target == S.SUSPENDED:
+        return {**fields, "suspended_at": timezone.now()}
+    if S.SUSPENDED not in sources:
+        return fields
+    now = Value(timezone.now())
+    waited = ExpressionWrapper(now - F("suspended_at"), output_field=DurationField())
+    return {**fields, "suspended_at": None, "waited": Case(
+        When(status=S.SUSPENDED, suspended_at__isnull=False, then=F("waited") + waited),
+        default=F("waited"), output_field=DurationField())}
 
 
 def wake(run_id, *, sources: Iterable[str] = (S.SUSPENDED,), at_epoch: int | None = None,

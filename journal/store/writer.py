@@ -29,10 +29,11 @@ from typing import Any
 from django.db import OperationalError, connection, connections, transaction
 from django.utils import timezone
 
-from journal.models import Run, SessionEvent
+from journal.models import EventKind, Run, SessionEvent
 from journal.store import faults, groupcommit, outage
 from journal.store.errors import DatabaseUnavailable, LeaseLost
 from journal.store.serialization import storable_json, storable_text
+from journal.store.summaries import record_step_names
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,7 @@ class JournalWriter:
         self._closing = False
         self.lost: BaseException | None = None
         self.writes = 0  # transactions committed (benchmarks read it)
+        self._named: set[str] = set()  # step names this writer has put in the search summary
 
     # -- recording -------------------------------------------------------------------
     def record(
@@ -220,8 +222,9 @@ class JournalWriter:
     def _write(self, batch: list[Entry], span_batch: list[dict], extra: Callable[[], None] | None) -> None:
         last = batch[-1] if batch else None
         faults.inject("before_commit", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
+        names = self._new_names(batch)
         try:
-            self._write_retrying(batch, span_batch, extra)
+            self._write_retrying(batch, span_batch, extra, names)
         except LeaseLost as exc:
             self.lost = exc
             raise
@@ -233,11 +236,20 @@ class JournalWriter:
             self._forget(batch)  # the write did not commit: its seq numbers were never taken
             raise
         self.writes += 1
+        self._named.update(names)
         if span_batch and SPAN_LISTENERS:  # telemetry sees spans once they are durable, never fails a write
             transaction.on_commit(lambda: _tell_listeners(self.run_id, span_batch))
         faults.inject("after_commit", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
 
-    def _write_retrying(self, batch: list[Entry], span_batch: list[dict], extra: Callable[[], None] | None) -> None:
+    def _new_names(self, batch: list[Entry]) -> list[str]:
+        """Step names in this batch not yet in the search summary: the first time a run records a step
+        name its commit carries one more INSERT (ignored if present); later steps of that name, none."""
+        named = self._named
+        names = {e.step_name for e in batch if e.step_name and e.kind == EventKind.STEP_COMPLETED} - named
+        return sorted(names)
+
+    def _write_retrying(self, batch: list[Entry], span_batch: list[dict], extra: Callable[[], None] | None,
+                        names: list[str]) -> None:
         """One write, retried through a database outage with bounded exponential backoff.
 
         Retrying is safe because a write is one transaction: it committed or it did not. When the
@@ -249,7 +261,7 @@ class JournalWriter:
         while True:
             committing = [False]
             try:
-                self._attempt(batch, span_batch, extra, committing)
+                self._attempt(batch, span_batch, extra, committing, names)
                 return
             except LeaseLost:
                 raise
@@ -282,20 +294,22 @@ class JournalWriter:
             log.info("run %s: retrying a journal write after %s", self.run_id, type(error).__name__)
 
     def _attempt(self, batch: list[Entry], span_batch: list[dict], extra: Callable[[], None] | None,
-                 committing: list[bool]) -> None:
+                 committing: list[bool], names: list[str]) -> None:
         last = batch[-1] if batch else None
         faults.inject("db_write", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
-        if batch and extra is None and groupcommit.enabled():
+        if batch and extra is None and not names and groupcommit.enabled():
             committing[0] = True  # the commit may be another thread's: any failure may have come after it
             _group().submit((self, batch, span_batch))
         else:
-            self._commit(batch, span_batch, committing, extra)
+            self._commit(batch, span_batch, committing, extra, names)
         faults.inject("db_reply", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
 
     def _commit(self, batch: list[Entry], span_batch: list[dict], committing: list[bool],
-                extra: Callable[[], None] | None = None) -> None:
-        """This writer's rows committed on their own: one autocommitted statement when that is all there is."""
-        if len(batch) == 1 and not span_batch and extra is None:
+                extra: Callable[[], None] | None = None, names: list[str] = ()) -> None:
+        """This writer's rows committed on their own: one autocommitted statement when that is all there is.
+
+        ``names`` are step names new to the search summary: their rows commit with this write."""
+        if len(batch) == 1 and not span_batch and extra is None and not names:
             committing[0] = True  # autocommit: the statement is its commit
             fenced_append(self.run_id, self.epoch, batch)  # one statement, one commit
         else:
@@ -304,6 +318,8 @@ class JournalWriter:
                     fenced_append(self.run_id, self.epoch, batch)
                 elif extra is not None:
                     self._check_epoch()
+                if names:
+                    record_step_names(self.run_id, names)
                 if span_batch:
                     _insert_spans(self.run_id, span_batch)
                 if extra is not None:

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from journal.models import LIVE_STATUSES, TERMINAL_STATUSES, Run, RunStatus
 from journal.operations.runs import refusal
-from runs import queries
+from runs import bulk, queries
+from runs.models import BulkJob
 from runs.permissions import operator_required, viewer_required
 from runs.views.common import as_uuid, perform
 
 MAX_LIVE_IDS = 200
-BULK_ACTIONS = {"cancel", "retry", "compensate"}
-FILTER_CAP = 1000  # runs acted on per bulk request (selected or matching a search)
+BULK_ACTIONS = set(bulk.ACTIONS)
+FILTER_CAP = 1000  # runs acted on in one request (selected); a larger search goes to a background job
 FILTER_FIELDS = ("q", "status", "agent", "version", "since", "until")
 
 
@@ -80,8 +83,6 @@ def run_list_live(request: HttpRequest) -> HttpResponse:
 @operator_required
 def bulk_action(request: HttpRequest) -> HttpResponse:
     """Cancel, retry or compensate the selected runs (the form asks for confirmation first)."""
-    import journal
-
     action = request.POST.get("action", "")
     ids = request.POST.getlist("run_ids")[:FILTER_CAP]
     reason = request.POST.get("reason", "").strip()[:500]
@@ -99,21 +100,17 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
         if request.POST.get("dry_run") == "1":
             return _filter_answer(request, action, back, by_status=dict(
                 matching.order_by().values_list("status").annotate(n=Count("id"))))
-        ids = [str(i) for i in matching.order_by("created_at", "id").values_list("id", flat=True)[:FILTER_CAP + 1]]
-        if len(ids) > FILTER_CAP:
-            ids = ids[:FILTER_CAP]
-            messages.warning(request, f"{action}: acting on the oldest {FILTER_CAP:,} matching runs; run it again "
-                                      "for the rest")
+        inline = int(getattr(settings, "DASHBOARD_BULK_INLINE_MAX", 20))
+        ids = [str(i) for i in matching.order_by("created_at", "id").values_list("id", flat=True)[:inline + 1]]
+        if len(ids) > inline:  # more than a handful: in the background, with its progress on a page
+            job = bulk.create_job(actor=request.user.get_username(), action=action, reason=reason,
+                                  params=bulk.params_of(request.POST), total=matching.count())
+            return redirect(reverse("bulk_job", args=[job.id]))
     if not ids:
         messages.warning(request, "select at least one run first" if request.POST.get("scope") != "filter"
                          else "no run matches this search")
         return redirect(back)
     actor = request.user.get_username()
-    calls = {
-        "cancel": lambda rid: journal.cancel(rid, reason or "bulk cancel from the dashboard", actor=actor),
-        "retry": lambda rid: journal.retry(rid, actor=actor, reason=reason),
-        "compensate": lambda rid: journal.compensate(rid, actor=actor, reason=reason),
-    }
     parsed = {text: as_uuid(text) for text in ids}
     runs = {r.id: r for r in Run.objects.filter(id__in=[rid for rid in parsed.values() if rid])
             .only("id", "status", "paused")}
@@ -132,7 +129,7 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
             why = why.removeprefix("it is ")
             skipped[why] = skipped.get(why, 0) + 1
             continue
-        outcome = perform(request, action, lambda rid=rid: calls[action](rid), run_id=rid,
+        outcome = perform(request, action, lambda rid=rid: bulk.call(action, rid, actor, reason), run_id=rid,
                           comment=reason, target="bulk")
         if not outcome.ok:
             failed.append(f"{str(rid)[:8]}: {outcome.message}")
@@ -158,7 +155,23 @@ def _filter_answer(request, action: str, back: str, *, by_status: dict | None = 
         "reason": request.POST.get("reason", ""), "back": back})
 
 
-PAST = {"cancel": "cancelled", "retry": "retry scheduled", "compensate": "compensation started"}
+PAST = {"cancel": "cancelled", "retry": "retry scheduled", "compensate": "compensation started", "pause": "paused",
+        "resume": "resumed"}
+
+
+@require_GET
+@viewer_required
+def bulk_job(request: HttpRequest, job_id) -> HttpResponse:
+    """A background bulk action's page: its progress, polled until it finishes, and the refused runs."""
+    job = get_object_or_404(BulkJob, id=job_id)
+    if not job.finished:
+        bulk.ensure_running(job.id)  # its thread died with a web restart: carry on from the cursor
+        job.refresh_from_db()
+    partial = "runs/bulk_job.html#progress" if request.htmx else "runs/bulk_job.html"
+    response = render(request, partial, {"job": job})
+    if request.htmx and job.finished:
+        return HttpResponseStopPolling(response.content)
+    return response
 
 
 def messages_for_bulk(request, action: str, done: int, requested: int, skipped: dict[str, int],
