@@ -19,7 +19,7 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import FieldDoesNotExist
@@ -108,6 +108,8 @@ def _from_db(field: models.Field | None) -> Callable[[Any], Any]:
         return lambda v: v if v is None else bool(v)
     if isinstance(field, models.JSONField):
         return lambda v: json.loads(v) if isinstance(v, str) else v
+    if isinstance(field, models.DurationField):  # SQLite keeps microseconds, PostgreSQL an interval
+        return lambda v: v if v is None or isinstance(v, timedelta) else timedelta(microseconds=v)
     if isinstance(field, models.DecimalField):
         return lambda v: v if v is None else field.to_python(v)
     return lambda v: v
