@@ -41,3 +41,28 @@ def test_compare_takes_short_ids_and_says_what_is_wrong_without_a_500(viewer, dr
         resp = viewer.get(reverse("run_compare"), {"a": a, "b": b})
         assert resp.status_code == 200 and message in resp.content.decode(), message
     assert Run.objects.count() == 6
+
+
+def test_a_long_pair_opens_at_its_divergence_shows_a_window_and_pages_through_it(viewer, django_assert_max_num_queries):
+    from journal.models import SessionEvent
+    from tests.long_journal import seed_long_run
+
+    a, b = seed_long_run(3000), seed_long_run(3000)
+    changed = SessionEvent.objects.get(run_id=b, position=2500)
+    with_edit = SessionEvent.objects.filter(run_id=b, position=2500)
+    assert with_edit.count() == 1
+    # a later record at the same position supersedes it (the log stays append-only)
+    SessionEvent.objects.create(run_id=b, seq=SessionEvent.objects.filter(run_id=b).count() + 1,
+                                kind=changed.kind, position=2500, step_name=changed.step_name,
+                                payload={"result": {"words": -1}})
+    with django_assert_max_num_queries(30):
+        body = viewer.get(reverse("run_compare"), {"a": a, "b": b}).content.decode()
+    assert "First divergence at step 2,500." in body or "First divergence at step 2500." in body
+    assert 'id="first-difference"' in body and "Steps 2,490–2,589 of 3,000 (1 differ)" in body
+    assert body.count('<tr class="same') + body.count('<tr class="differs') == 100
+    later = viewer.get(reverse("run_compare"), {"a": a, "b": b, "from": 2590}).content.decode()
+    assert "Steps 2,590–2,689 of 3,000" in later and 'id="first-difference"' not in later
+    last = viewer.get(reverse("run_compare"), {"a": a, "b": b, "from": 99999}).content.decode()
+    assert "Steps 2,901–3,000 of 3,000" in last
+    bad = viewer.get(reverse("run_compare"), {"a": a, "b": b, "from": "x"})
+    assert bad.status_code == 200 and "is not a step number" in bad.content.decode()

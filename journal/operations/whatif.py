@@ -6,11 +6,14 @@ applies it from that step on), so the new run's own replays stay deterministic.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import TextField
+from django.db.models.functions import Cast
 
 from journal.engine.protocol import result_of
 from journal.models import Run, SessionEvent
@@ -84,57 +87,116 @@ def _view(step_name: str, payload: dict) -> dict:
     else:
         text = dumps(result) if result is not None else ""
         view["result"] = text if len(text) <= 2000 else text[:2000] + "…"
-    # same step, same request and same result: a changed model or parameter shows even when the text agrees
-    view["fingerprint"] = fingerprint([payload.get("args_hash"), result if "error" not in payload else "error"])
+    view["fingerprint"] = fingerprint(list(_identity(payload)))
     return view
 
 
-def _summary(run, steps: dict[int, dict]) -> dict:
-    model_steps = [s for s in steps.values() if s["kind"] == "model"]
+def _identity(payload: dict) -> tuple:
+    """What makes two records the same step: the request and the result (a large result by its content
+    address, so nothing is loaded to compare it). Timings are not part of it: a changed model or
+    parameter shows even when the text agrees, a slower run of the same step does not. Compared as
+    values, not hashed: hashing every record was half the cost of comparing two 10k-step runs."""
+    if "error" in payload:
+        return payload.get("args_hash"), "error"
+    return payload.get("args_hash"), payload.get("result_ref"), payload.get("result")
+
+
+class _Decoded:
+    """A run's step records as text, decoded one position at a time when something needs the value."""
+
+    def __init__(self, texts: dict[int, tuple[str, str]]):
+        self.texts = texts
+        self._values: dict[int, tuple[str, dict]] = {}
+
+    def __getitem__(self, position: int) -> tuple[str, dict]:
+        value = self._values.get(position)
+        if value is None:
+            name, text = self.texts[position]
+            value = self._values[position] = (name, json.loads(text))
+        return value
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def is_model(self, position: int) -> bool:
+        text = self.texts[position][1]  # compact (SQLite) or spaced (PostgreSQL's jsonb) text
+        return ('"kind":"model"' in text or '"kind": "model"' in text) and self[position][1].get("kind") == "model"
+
+    def model_payloads(self) -> list[dict]:
+        return [self[p][1] for p in self.texts if self.is_model(p)]
+
+
+def _summary(run, steps: _Decoded) -> dict:
+    model_steps = steps.model_payloads()
     duration = run.duration
     return {
         "run_id": str(run.id), "agent": run.agent, "status": run.status,
         "forked_from": str(run.forked_from_id) if run.forked_from_id else None, "fork_step": run.fork_step,
         "override": (run.input or {}).get(OVERRIDE_KEY),
-        "models": sorted({s["model"] for s in model_steps}),
+        "models": sorted({p.get("model", "") for p in model_steps}),
         "model_calls": len(model_steps),
-        "tokens_in": sum(s["tokens_in"] for s in model_steps),
-        "tokens_out": sum(s["tokens_out"] for s in model_steps),
+        "tokens_in": sum(p.get("tokens_in", 0) for p in model_steps),
+        "tokens_out": sum(p.get("tokens_out", 0) for p in model_steps),
         "tokens": int(run.tokens), "cost": float(run.cost),
-        "step_cost": round(sum(s["cost"] for s in model_steps), 6),
-        "latency_ms": round(sum(s["latency_ms"] for s in model_steps), 3),
+        "step_cost": round(sum(p.get("cost", 0.0) for p in model_steps), 6),
+        "latency_ms": round(sum(p.get("latency_ms", 0.0) for p in model_steps), 3),
         "duration_s": duration.total_seconds() if duration else None,
         "steps": len(steps), "output": run.output, "error": run.error,
     }
 
 
-def compare_runs(run_a, run_b, *, models_only: bool = False) -> dict:
+COMPARE_WINDOW = 100  # step rows shown in detail at once; the alignment itself covers every step
+
+
+def compare_runs(run_a, run_b, *, models_only: bool = False, start: int | None = None,
+                 size: int = COMPARE_WINDOW) -> dict:
     """Side by side: two runs' summaries and their step records aligned by position.
 
     Pure (reads only). ``first_difference`` is the first position whose step name, request or
-    result differs; ``same_output`` compares the outputs. Plain dicts, ready for a template or JSON.
+    result differs; ``same_output`` compares the outputs. Every position is aligned (one indexed
+    read of each journal, no blob loaded: a large result is compared by its content address), but
+    only ``size`` rows from ``start`` (by default a little before the first difference) are shown in
+    detail, so a 10k-step pair renders what a short one does. Plain dicts, for a template or JSON;
+    ``window`` says which rows ``steps`` holds and where the neighbouring windows begin.
     """
     runs = [r if hasattr(r, "status") else get_run(r) for r in (run_a, run_b)]
-    per_run: list[dict[int, dict]] = []
+    # The payloads as the database's text: a record a fork copied is the same text in both runs and
+    # needs no decoding to be the same; only the records that differ as text are decoded and compared.
+    texts: list[dict[int, tuple[str, str]]] = []
     for run in runs:
-        steps: dict[int, dict] = {}
-        for position, name, payload in (SessionEvent.objects.steps().filter(run_id=run.id).order_by("seq")
-                                        .values_list("position", "step_name", "payload")):
-            steps[position] = _view(name, payload)
-        per_run.append(steps)
-    positions = sorted(set(per_run[0]) | set(per_run[1]))
-    rows = []
+        texts.append({position: (name, text) for position, name, text in (
+            SessionEvent.objects.steps().filter(run_id=run.id).order_by("seq")
+            .annotate(text=Cast("payload", TextField())).values_list("position", "step_name", "text"))})
+    per_run = [_Decoded(t) for t in texts]
+    aligned = []
     first_difference = None
-    for position in positions:
-        a, b = per_run[0].get(position), per_run[1].get(position)
-        same = a is not None and b is not None and a["step_name"] == b["step_name"] and \
-            a["fingerprint"] == b["fingerprint"]
-        if not same and first_difference is None:
-            first_difference = position
-        if models_only and not ((a and a["kind"] == "model") or (b and b["kind"] == "model")):
+    differing = 0
+    for position in sorted(set(texts[0]) | set(texts[1])):
+        ta, tb = texts[0].get(position), texts[1].get(position)
+        same = ta is not None and tb is not None and ta[0] == tb[0] and (
+            ta[1] == tb[1] or _identity(per_run[0][position][1]) == _identity(per_run[1][position][1]))
+        a, b = (per_run[0] if ta else None), (per_run[1] if tb else None)
+        if not same:
+            differing += 1
+            if first_difference is None:
+                first_difference = position
+        if models_only and not any(side is not None and side.is_model(position) for side in (a, b)):
             continue
-        rows.append({"position": position, "a": a, "b": b, "same": same})
+        aligned.append((position, a, b, same))
+    size = max(1, min(int(size), 1000))
+    if start is None:  # a long pair opens a little before where it diverges; a short one whole
+        start = 1 if len(aligned) <= size else max(1, (first_difference or 1) - 10)
+    index = next((i for i, row in enumerate(aligned) if row[0] >= start), max(0, len(aligned) - size))
+    shown = aligned[index:index + size]
     return {
-        "a": _summary(runs[0], per_run[0]), "b": _summary(runs[1], per_run[1]), "steps": rows,
+        "a": _summary(runs[0], per_run[0]), "b": _summary(runs[1], per_run[1]),
+        "steps": [{"position": position, "a": a and _view(*a[position]), "b": b and _view(*b[position]),
+                   "same": same} for position, a, b, same in shown],
         "first_difference": first_difference, "same_output": runs[0].output == runs[1].output,
+        "differing": differing,
+        "window": {"total": len(aligned), "size": size, "first": shown[0][0] if shown else None,
+                   "last": shown[-1][0] if shown else None,
+                   "previous": aligned[max(0, index - size)][0] if index > 0 else None,
+                   "next": aligned[index + size][0] if index + size < len(aligned) else None,
+                   "end": aligned[max(0, len(aligned) - size)][0] if len(aligned) > size else None},
     }

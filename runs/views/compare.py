@@ -40,6 +40,10 @@ def compare(request: HttpRequest) -> HttpResponse:
     b_text = request.GET.get("b") or (picked[1] if len(picked) > 1 else "")
     (a, a_error), (b, b_error) = _find(a_text, "A"), _find(b_text, "B")
     errors = [e for e in (a_error, b_error) if e]
-    result = compare_runs(a, b) if not errors else None
+    start_text = request.GET.get("from", "").strip()
+    start = int(start_text) if start_text.isdigit() and len(start_text) < 10 else None
+    if start_text and start is None:
+        errors.append(f"from={start_text[:20]!r} is not a step number")
+    result = compare_runs(a, b, start=start) if not errors else None
     return render(request, "runs/compare.html", {"a_text": a_text, "b_text": b_text, "errors": errors,
                                                  "cmp": result, "run_a": a, "run_b": b})
