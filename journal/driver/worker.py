@@ -59,6 +59,9 @@ class EmbeddedWorker:
         self.id = worker_id or make_worker_id()
         self.kind = kind
         self.stopping = threading.Event()
+        # Set when a run ends (a slot is free) or a stop is asked: the loop claims again at once
+        # rather than after a poll interval (at concurrency 1, a sleep after every run).
+        self._wake = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="durable-run")
         self._active: dict = {}  # run_id -> Claim
         self._contexts: dict = {}  # run_id -> Context, while a thread drives it
@@ -111,7 +114,8 @@ class EmbeddedWorker:
                 if until_idle and claimed == 0 and not busy and not self._active:
                     break
                 if claimed == 0:
-                    self.stopping.wait(self.poll_interval)
+                    self._wake.wait(self.poll_interval)
+                    self._wake.clear()
         finally:
             self.shutdown()
         return self.completed
@@ -220,6 +224,7 @@ class EmbeddedWorker:
                 while len(self.outcomes) > OUTCOMES_KEPT:  # a long-lived worker must not grow with history
                     self.outcomes.popitem(last=False)
             _close_all()
+            self._wake.set()
 
     def _set_context(self, run_id, ctx) -> None:
         with self._lock:
@@ -268,6 +273,7 @@ class EmbeddedWorker:
     def request_stop(self) -> None:
         """SIGTERM: stop claiming; running workflows give their runs back at the next step boundary."""
         self.stopping.set()
+        self._wake.set()
         with self._lock:
             for ctx in self._contexts.values():
                 ctx.interrupt = ctx.interrupt or "release"
