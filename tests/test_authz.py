@@ -26,6 +26,8 @@ TABLE = {
     "run_tail": ("get", VIEWERS, 200),
     "run_events": ("get", VIEWERS, 200),
     "run_compare": ("get", VIEWERS, 200),
+    "run_thread": ("get", VIEWERS, 404),  # a run that drives no LangGraph graph: its page says so, for viewers up
+    "bulk_job": ("get", VIEWERS, 200),
     "event_payload": ("get", VIEWERS, 200),
     "approvals": ("get", VIEWERS, 200),
     "approvals_badge": ("get", VIEWERS, 200),
@@ -59,6 +61,8 @@ def target(name: str, demo) -> tuple[str, dict]:
         "run_tail": (reverse("run_tail", args=[demo.waiting]), {}),
         "run_events": (reverse("run_events", args=[demo.ok]), {"after": "0", "until": "3"}),
         "run_compare": (reverse("run_compare"), {"a": demo.ok, "b": demo.failed}),
+        "run_thread": (reverse("run_thread", args=[demo.ok]), {}),
+        "bulk_job": (reverse("bulk_job", args=[_finished_bulk_job()]), {}),
         "event_payload": (reverse("event_payload", args=[demo.ok, 1]), {}),
         "approvals": (reverse("approvals"), {}),
         "approvals_badge": (reverse("approvals_badge"), {}),
@@ -78,6 +82,12 @@ def target(name: str, demo) -> tuple[str, dict]:
         "erasure": (reverse("erasure"), {"subject": "nobody"}),
         "erasure_erase": (reverse("erasure_erase"), {"subject": "nobody", "reason": "authz"}),
     }[name]
+
+
+def _finished_bulk_job() -> str:
+    from runs.models.bulk import BulkJob, BulkJobStatus
+
+    return str(BulkJob.objects.create(actor="operator", action="cancel", status=BulkJobStatus.FINISHED).id)
 
 
 def _rule_id() -> int:

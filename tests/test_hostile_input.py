@@ -125,6 +125,7 @@ def _candidates(data: dict) -> dict[str, list]:
         "content_type_id": ["1", "zzz"],
         "id": ["1", "zzz"],
         "app_label": ["journal", "runs", "auth"],
+        "job_id": [data["bulk_job"], bogus_uuid],
     }
 
 
@@ -156,10 +157,13 @@ def world(drive, personas):
     _token, secret = ApiToken.issue("walker", ["runs:start", "runs:read", "signals:send", "approvals:decide"],
                                     roles=["operator"])
     User.objects.create_superuser("root", password="root-pass")
+    from runs.models.bulk import BulkJob, BulkJobStatus
+
+    job = BulkJob.objects.create(actor="operator", action="cancel", status=BulkJobStatus.FINISHED)
     return {
         "runs": [demo.ok, demo.failed, demo.waiting, demo.review, demo.evil],
         "approval": str(Approval.objects.values_list("id", flat=True).first()),
-        "rule": rule.id, "webhook": "hook", "token": secret,
+        "rule": rule.id, "webhook": "hook", "token": secret, "bulk_job": str(job.id),
     }
 
 

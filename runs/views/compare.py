@@ -11,7 +11,7 @@ from journal.models import Run
 from journal.operations.whatif import compare_runs
 from runs.permissions import viewer_required
 from runs.queries import id_prefix_range
-from runs.views.common import as_uuid
+from runs.views.common import as_uuid, parse_int
 
 
 def _find(text: str, which: str) -> tuple[Run | None, str]:
@@ -41,7 +41,7 @@ def compare(request: HttpRequest) -> HttpResponse:
     (a, a_error), (b, b_error) = _find(a_text, "A"), _find(b_text, "B")
     errors = [e for e in (a_error, b_error) if e]
     start_text = request.GET.get("from", "").strip()
-    start = int(start_text) if start_text.isdigit() and len(start_text) < 10 else None
+    start = parse_int(start_text, minimum=1)
     if start_text and start is None:
         errors.append(f"from={start_text[:20]!r} is not a step number")
     result = compare_runs(a, b, start=start) if not errors else None
