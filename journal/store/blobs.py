@@ -70,7 +70,9 @@ def put_many(datas: Iterable[bytes]) -> tuple[list[str], int]:
         digest = digest_of(data)
         digests.append(digest)
         unique.setdefault(digest, data)
-    keys = list(unique)
+    # In digest order: two transactions storing overlapping sets then lock the index entries in the
+    # same order, so they wait for each other instead of deadlocking (seen on PostgreSQL).
+    keys = sorted(unique)
     written = 0
     for i in range(0, len(keys), _CHUNK):
         chunk = keys[i:i + _CHUNK]

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections, transaction
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -62,6 +62,18 @@ _thread_state = threading.local()
 def _mind_connection() -> None:
     if threading.current_thread() is not threading.main_thread() and not hasattr(_thread_state, "closer"):
         _thread_state.closer = _CloseAtThreadExit()
+
+
+def _again_after_deadlock(write) -> None:
+    """Parallel nodes save at once; a deadlock's victim was rolled back whole, so it is written again
+    (twice at most), unless a caller's transaction holds it (then the caller's transaction is lost too)."""
+    for attempt in range(3):
+        try:
+            return write()
+        except OperationalError as exc:
+            state = getattr(exc.__cause__, "sqlstate", None)
+            if attempt == 2 or connection.in_atomic_block or state not in ("40P01", "40001"):
+                raise
 
 
 def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -120,6 +132,10 @@ class JournalSaver(BaseCheckpointSaver[str]):
             langgraph_run_id=str(full_metadata.get("run_id") or ""),
             checkpoint_type=checkpoint_type, checkpoint=checkpoint_bytes,
             metadata_type=metadata_type, metadata=metadata_bytes)
+        _again_after_deadlock(lambda: self._put_rows(encoder, channels, row))
+        return _config(thread_id, checkpoint_ns, checkpoint["id"])
+
+    def _put_rows(self, encoder, channels: list, row) -> None:
         with transaction.atomic():
             encoder.flush()  # blobs first: a channel row never points at bytes that are not there
             self._check_fence()
@@ -132,7 +148,6 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 update_fields=["parent_checkpoint_id", "langgraph_run_id", "checkpoint_type", "checkpoint",
                                "metadata_type", "metadata"],
                 unique_fields=["thread_id", "checkpoint_ns", "checkpoint_id"])
-        return _config(thread_id, checkpoint_ns, checkpoint["id"])
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
@@ -146,6 +161,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
             write = LangGraphWrite(**key, task_id=task_id, idx=WRITES_IDX_MAP.get(channel, idx), channel=channel,
                                    task_path=task_path, value=encoder.encode(value))
             (special if channel in WRITES_IDX_MAP else regular).append(write)
+        _again_after_deadlock(lambda: self._put_write_rows(encoder, regular, special))
+
+    def _put_write_rows(self, encoder, regular: list, special: list) -> None:
         with transaction.atomic():
             encoder.flush()
             self._check_fence()
