@@ -87,6 +87,7 @@ _PUBLIC: dict[str, str] = {
     "decide": "journal.operations.approvals",
     "erase": "journal.operations.erasure",
     "preview_erasure": "journal.operations.erasure",
+    "is_database_outage": "journal.store.outage",  # for work outside a run that must outlast an outage
     **{name: _ERRORS for name in (
         "BadArgumentsError", "Cancelled", "DurableError", "EffectInDoubtError", "NondeterminismError",
         "PayloadTooLargeError", "RunNotFoundError", "RunStateError", "SerializationError", "SignalError",
@@ -119,6 +120,7 @@ __all__ = [
     "fork_thread",
     "get_run",
     "has_thread",
+    "is_database_outage",
     "pause",
     "pause_agent",
     "preview_erasure",

@@ -32,6 +32,7 @@ from runs.models import AuditEntry, BulkJob, BulkJobStatus
 log = logging.getLogger(__name__)
 
 BATCH = 200
+SAVE_EVERY = 20
 STALE = timedelta(seconds=15)  # a job whose heartbeat is older has lost its thread
 REFUSALS_LISTED = 500
 FAILURES_LISTED = 200
@@ -89,8 +90,11 @@ def _work(job_id: uuid.UUID, token: str) -> None:
     try:
         while process_batch(job_id, token):
             pass
-    except Exception as exc:  # the job's own fault, not a run's: say so on its page
-        log.exception("bulk job %s failed", job_id)
+    except Exception as exc:
+        if journal.is_database_outage(exc):  # not the job's fault: its heartbeat goes stale and a later look resumes it
+            log.warning("bulk job %s paused by a database outage: %s", job_id, exc)
+            return
+        log.exception("bulk job %s failed", job_id)  # the job's own fault, not a run's: say so on its page
         BulkJob.objects.filter(id=job_id, owner=token).update(
             status=BulkJobStatus.BROKEN, message=f"{type(exc).__name__}: {exc}"[:2000], finished_at=timezone.now())
     finally:
@@ -107,18 +111,25 @@ def process_batch(job_id: uuid.UUID, token: str, size: int = BATCH) -> bool:
     if job.cursor_created is not None:
         qs = qs.filter(Q(created_at__gt=job.cursor_created) | Q(created_at=job.cursor_created, id__gt=job.cursor_id))
     runs = list(qs.order_by("created_at", "id")[:size])
-    for run in runs:
+    for i, run in enumerate(runs, 1):
         _act(job, run)
-    fields = ["done", "requested", "refused", "failed", "refusals", "refused_by_reason", "failures", "heartbeat"]
-    job.heartbeat = timezone.now()
-    if runs:
-        job.cursor_created, job.cursor_id = runs[-1].created_at, runs[-1].id
-        fields += ["cursor_created", "cursor_id"]
+        job.cursor_created, job.cursor_id = run.created_at, run.id
+        # Saved every few runs, not once a batch: the page's counts move, the heartbeat stays fresh however
+        # slow the actions are, and a thread that dies repeats at most SAVE_EVERY runs' actions (each is
+        # then refused by the state it left, not done twice).
+        if i % SAVE_EVERY == 0 and not _save(job, token):
+            return False
     if len(runs) < size:
         job.status, job.finished_at = BulkJobStatus.FINISHED, timezone.now()
-        fields += ["status", "finished_at"]
-    BulkJob.objects.filter(id=job.id, owner=token).update(**{name: getattr(job, name) for name in fields})
-    return not job.finished
+    return _save(job, token) and not job.finished
+
+
+def _save(job: BulkJob, token: str) -> bool:
+    """Write the job's counts and cursor; False when another thread has taken the job over."""
+    job.heartbeat = timezone.now()
+    fields = ["done", "requested", "refused", "failed", "refusals", "refused_by_reason", "failures", "heartbeat",
+              "cursor_created", "cursor_id", "status", "finished_at"]
+    return BulkJob.objects.filter(id=job.id, owner=token).update(**{name: getattr(job, name) for name in fields}) == 1
 
 
 def _act(job: BulkJob, run: Run) -> None:

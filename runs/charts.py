@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 STATUS_COLORS = {
     "pending": "#8a8f98", "running": "#2f7ed8", "suspended": "#a66cd9", "completed": "#2e9e5b",
@@ -139,10 +139,14 @@ def _ms_between(start: datetime | str, end: datetime | str | None, fallback: flo
 ROW_PX = 20  # one row per span: every label has room, so plotly never skips one
 
 
-def waterfall(rows: Iterable[dict], aggregated: bool = False) -> dict:
+def waterfall(rows: Iterable[dict], aggregated: bool = False, current: int | None = None) -> dict:
     """A waterfall of a run's spans in time order: one row per span (or, ``aggregated``, per step name),
     a bar from its start to its end, coloured by kind (errors red), its step position in ``customdata``
     so a click can move the stepper there.
+
+    The stepper's ``current`` step is marked: its bars outlined and, span by span, a band over its time.
+    ``layout.meta`` carries each step's time range (or each aggregated bar's step range), so the page
+    moves the mark when the stepper moves without asking the server for the chart again.
 
     Span rows: name, kind, position, attempt, status, started_at, ended_at, duration_ms.
     Aggregated rows: name, kind, position, last_position, started_at, ended_at, count, errors.
@@ -173,13 +177,15 @@ def waterfall(rows: Iterable[dict], aggregated: bool = False) -> dict:
         else:
             durations = [max(float(r.get("duration_ms") or 0), 0.5) for r in items]
             hover = [r.get("status") or "" for r in items]
+        ranges = [[r.get("position"), r.get("last_position") or r.get("position")] for r in items]
         data.append({
             "type": "bar", "orientation": "h", "name": kind,
             "y": [labels[i] for i in idx], "x": [round(d, 3) for d in durations],
             "base": [_plotly_time(r["started_at"]) for r in items],
             "customdata": [r.get("position") for r in items], "text": hover, "textposition": "none",
             "marker": {"color": ["#d64545" if bad else KIND_COLORS.get(kind, "#999") for bad in failed],
-                       "line": {"width": 0}},
+                       "line": {"width": [_mark_width(lo, hi, current) for lo, hi in ranges], "color": MARK_COLOR}},
+            "meta": {"ranges": ranges},
             "hovertemplate": "%{y}<br>%{x:,.1f} ms · %{text}<br>click: go to step %{customdata}<extra>"
                              + kind + "</extra>",
         })
@@ -191,5 +197,45 @@ def waterfall(rows: Iterable[dict], aggregated: bool = False) -> dict:
                             "autorange": "reversed", "automargin": True, "tickmode": "array",
                             "tickvals": labels, "ticktext": labels, "tickfont": {"size": 11}},
                      showlegend=len(data) > 1, hovermode="closest", dragmode="zoom")
-    layout["meta"] = {"click": "step"}  # dashboard.js: a click on a bar moves the stepper to its step
+    # dashboard.js: a click on a bar moves the stepper to its step; a move of the stepper moves the mark
+    steps = {} if aggregated else _step_times(rows)
+    layout["meta"] = {"click": "step", "current": current, "steps": steps, "band": BAND}
+    layout["shapes"] = step_band(steps.get(str(current))) if current is not None else []
     return {"data": data, "layout": layout}
+
+
+MARK_COLOR = "#111827"
+
+
+def _mark_width(lo: int | None, hi: int | None, current: int | None) -> int:
+    return 2 if current is not None and lo is not None and lo <= current <= (hi or lo) else 0
+
+
+def _step_times(rows: list[dict]) -> dict[str, list[str]]:
+    """Each step position's first start and last end among the rows, as plotly times (keys are strings: JSON)."""
+    times: dict[str, list] = {}
+    for r in rows:
+        start = r.get("started_at")
+        if r.get("position") is None or not isinstance(start, datetime):
+            continue
+        end = r.get("ended_at") if isinstance(r.get("ended_at"), datetime) else start
+        if end == start and r.get("duration_ms"):
+            end = start + timedelta(milliseconds=float(r["duration_ms"]))
+        key = str(r["position"])
+        if key in times:
+            times[key] = [min(times[key][0], start), max(times[key][1], end)]
+        else:
+            times[key] = [start, end]
+    return {k: [_plotly_time(a), _plotly_time(b)] for k, (a, b) in times.items()}
+
+
+def step_band(times: list[str] | None) -> list[dict]:
+    """The shaded band over the current step's time (empty when the step has no span in the chart)."""
+    if not times:
+        return []
+    return [{**BAND, "x0": times[0], "x1": times[1]}]
+
+
+# The current step's band; dashboard.js draws the same one (from layout.meta.band) when the stepper moves.
+BAND = {"type": "rect", "xref": "x", "yref": "paper", "y0": 0, "y1": 1, "layer": "below",
+        "fillcolor": "rgba(234, 179, 8, 0.22)", "line": {"width": 1, "color": "rgba(202, 138, 4, 0.9)"}}

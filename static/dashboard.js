@@ -157,6 +157,23 @@
   }
   window.addEventListener("load", function () { drawCharts(document); });
 
+  // The stepper moved: move the timeline's mark to its step. The chart carries each step's time range
+  // and each bar's step range (charts.waterfall), so no request is needed.
+  function markStep(position) {
+    var el = document.getElementById("timeline-chart");
+    var meta = el && el.layout && el.layout.meta;
+    if (!meta || !window.Plotly || !(position > 0) || meta.current === position) return;
+    meta.current = position;
+    var widths = el.data.map(function (trace) {
+      return ((trace.meta && trace.meta.ranges) || []).map(function (r) {
+        return r[0] !== null && r[0] <= position && position <= (r[1] || r[0]) ? 2 : 0;
+      });
+    });
+    Plotly.restyle(el, {"marker.line.width": widths});
+    var times = meta.steps && meta.steps[String(position)];
+    Plotly.relayout(el, {shapes: times ? [Object.assign({}, meta.band, {x0: times[0], x1: times[1]})] : []});
+  }
+
   // On a phone the navigation folds behind "Menu" (the CSS shows the button only on narrow screens).
   function foldNav(folded) {
     var top = document.querySelector(".top");
@@ -191,6 +208,8 @@
   // on the element it replaced, which no longer bubbles to document)
   document.addEventListener("htmx:load", function (ev) {
     drawCharts(ev.target);  // a swapped-in timeline
+    var shown = ev.target.querySelector && ev.target.querySelector("#step-number");
+    if (shown) markStep(parseInt(shown.textContent, 10));  // the stepper was swapped: it shows another step
     var tab = chosenTab && document.getElementById(chosenTab);
     if (tab && ev.target.contains(tab) && tab.getAttribute("aria-selected") !== "true") selectTab(tab);
   });

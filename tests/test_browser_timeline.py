@@ -37,6 +37,7 @@ def test_the_waterfall_moves_to_the_end_of_a_long_run_and_a_click_on_a_bar_opens
     chart_drawn(page)
     assert page.inner_text("#window-label").startswith("Steps 1–101 of 10,000")
     assert page.inner_text("#step-title").startswith("Step 1:")
+    assert page.evaluate("document.getElementById('timeline-chart').layout.shapes.length") == 1  # step 1 marked
     shot(page, "40-timeline-first-steps")
 
     page.evaluate("window.__same_page = true")
@@ -57,6 +58,14 @@ def test_the_waterfall_moves_to_the_end_of_a_long_run_and_a_click_on_a_bar_opens
     bar.click(force=True)
     page.wait_for_function("document.querySelector('#step-title').textContent.startsWith('Step 9950:')")
     assert page.url.endswith("?step=9950") and page.evaluate("window.__same_page") is True
+    # the mark moved with the stepper: the band lies over step 9,950's time, and only its bar is outlined
+    page.wait_for_function("document.getElementById('timeline-chart').layout.meta.current === 9950")
+    band, times = page.evaluate("""() => { const el = document.getElementById('timeline-chart');
+        return [el.layout.shapes.map(s => [s.x0, s.x1]), el.layout.meta.steps['9950']]; }""")
+    assert band == [times]
+    outlined = page.evaluate("""() => document.getElementById('timeline-chart').data.flatMap(t =>
+        t.customdata.filter((_, i) => t.marker.line.width[i] > 0))""")
+    assert set(outlined) == {9950}  # its step bar and its model call's
     shot(page, "42-timeline-click-moved-the-stepper")
     assert not page.js_errors, page.js_errors
 

@@ -103,3 +103,39 @@ def test_the_job_page_needs_a_viewer_and_an_unknown_job_is_a_404(client, persona
     assert client.get(reverse("bulk_job", args=[uuid.uuid4()])).status_code in (302, 403)
     client.force_login(personas["viewer"])
     assert client.get(reverse("bulk_job", args=[uuid.uuid4()])).status_code == 404
+
+
+def test_a_database_outage_pauses_a_job_and_the_next_look_finishes_it_without_acting_twice(personas, many,
+                                                                                         monkeypatch):
+    from django.db import OperationalError
+
+    from runs import bulk
+
+    demo, failed, completed = many
+    monkeypatch.setattr(bulk, "SAVE_EVERY", 2)
+    job = create_job(actor="operator", action="retry", reason="outage test", params={"q": ["agent:dash_fail"]},
+                     total=len(failed), start=False)
+    real, calls = bulk.call, []
+
+    def flaky(action, run_id, actor, reason):
+        calls.append(run_id)
+        if len(calls) == 4:  # the database goes away in the middle of the job
+            raise OperationalError("server closed the connection unexpectedly")
+        return real(action, run_id, actor, reason)
+
+    monkeypatch.setattr(bulk, "call", flaky)
+    BulkJob.objects.filter(id=job.id).update(owner="t1", status=BulkJobStatus.RUNNING)
+    bulk._work(job.id, "t1")
+    job.refresh_from_db()
+    assert job.status == BulkJobStatus.RUNNING and job.done == 2  # not broken: saved up to its last save
+
+    BulkJob.objects.filter(id=job.id).update(heartbeat=None)  # as seen once its heartbeat is stale
+    monkeypatch.setattr(bulk, "call", real)
+    assert BulkJob.objects.filter(id=job.id).update(owner="t2") == 1
+    bulk._work(job.id, "t2")
+    job.refresh_from_db()
+    assert job.status == BulkJobStatus.FINISHED
+    # The third run was retried before the outage but after the last save: the second pass finds it
+    # pending, so it is refused, not retried again.
+    assert (job.done, job.refused, job.failed) == (len(failed) - 1, 1, 0)
+    assert AuditEntry.objects.filter(action="retry", target=f"bulk job {job.id}").count() == len(failed)

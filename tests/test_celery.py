@@ -25,7 +25,19 @@ from tests.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 AGENTS = "tests.agents.waiting"
-REDIS_URL = os.environ.get("DURABLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")  # a DB of its own
+
+
+def _test_redis_url() -> str:
+    """A Redis database of the suite's own, on the server REDIS_URL names (tests/services.py may have started
+    a throwaway one): 9 for the SQLite suite, 10 for PostgreSQL's, so the two suites can run side by side."""
+    if os.environ.get("DURABLE_TEST_REDIS_URL"):
+        return os.environ["DURABLE_TEST_REDIS_URL"]
+    base = urlparse(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0")
+    db = 10 if os.environ.get("DURABLE_TEST_DB") == "postgres" else 9
+    return base._replace(path=f"/{db}").geturl()
+
+
+REDIS_URL = _test_redis_url()
 
 
 def _redis_up() -> bool:

@@ -23,9 +23,12 @@ AGENTS = "tests.agents.crashy"
 
 def test_two_worker_processes_racing_for_the_same_runs_never_execute_a_step_twice(tmp_path, worker_env,
                                                                                    spawn_worker):
-    run_ids = [journal.start("twelve", 6, 3) for _ in range(16)]
-    env = worker_env(AGENTS)
+    env = worker_env(AGENTS, CRASHY_STEP_SLEEP="0.05")
     workers = [spawn_worker(env, "--concurrency", "4") for _ in range(2)]
+    # Both must be polling before the runs exist, or the first to boot can finish them all alone.
+    for w in workers:
+        wait_for(lambda w=w: Worker.objects.filter(pid=w.proc.pid).exists(), timeout=60, message="worker registered")
+    run_ids = [journal.start("twelve", 6, 3) for _ in range(16)]
     for run_id in run_ids:
         run = journal.wait(run_id, timeout=120)
         assert run.status == RunStatus.COMPLETED, run.error

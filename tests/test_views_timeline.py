@@ -171,4 +171,35 @@ def test_the_waterfall_lists_spans_in_time_order_with_every_label_and_a_step_to_
     step = next(t for t in fig["data"] if t["name"] == "step")
     assert step["base"][0] == "2026-12-01 12:00:00.000000" and step["customdata"] == [1, 1, 1]
     assert step["marker"]["color"][1] == "#d64545"
-    assert fig["layout"]["meta"] == {"click": "step"}
+    assert fig["layout"]["meta"]["click"] == "step" and fig["layout"]["shapes"] == []  # no current step
+
+
+def test_the_waterfall_marks_the_current_step_and_carries_every_steps_times_to_move_the_mark():
+    from datetime import datetime, timedelta
+
+    t0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    rows = [{"name": "a", "kind": "step", "position": 1, "attempt": 1, "status": "ok", "started_at": t0,
+             "ended_at": t0 + timedelta(milliseconds=40), "duration_ms": 40},
+            {"name": "m", "kind": "model", "position": 2, "attempt": 1, "status": "ok",
+             "started_at": t0 + timedelta(milliseconds=50), "ended_at": None, "duration_ms": 30},
+            {"name": "b", "kind": "step", "position": 2, "attempt": 1, "status": "ok",
+             "started_at": t0 + timedelta(milliseconds=45), "ended_at": t0 + timedelta(milliseconds=90),
+             "duration_ms": 45}]
+    fig = charts.waterfall(rows, current=2)
+    meta = fig["layout"]["meta"]
+    assert meta["current"] == 2
+    assert meta["steps"] == {"1": ["2026-12-01 12:00:00.000000", "2026-12-01 12:00:00.040000"],
+                             "2": ["2026-12-01 12:00:00.045000", "2026-12-01 12:00:00.090000"]}
+    [band] = fig["layout"]["shapes"]  # over step 2's time: from its first start to its last end
+    assert (band["x0"], band["x1"], band["yref"]) == ("2026-12-01 12:00:00.045000", "2026-12-01 12:00:00.090000",
+                                                       "paper")
+    widths = {t["name"]: t["marker"]["line"]["width"] for t in fig["data"]}
+    assert widths == {"step": [0, 2], "model": [2]}  # step 2's bars outlined, step 1's not
+
+    grouped = charts.waterfall([{"name": "fetch", "kind": "step", "position": 1, "last_position": 9,
+                                 "started_at": t0, "ended_at": t0 + timedelta(seconds=1), "count": 9, "errors": 0},
+                                {"name": "save", "kind": "step", "position": 10, "last_position": 12,
+                                 "started_at": t0, "ended_at": t0 + timedelta(seconds=1), "count": 3,
+                                 "errors": 0}], aggregated=True, current=5)
+    assert grouped["data"][0]["marker"]["line"]["width"] == [2, 0]  # the row whose steps hold step 5
+    assert grouped["data"][0]["meta"]["ranges"] == [[1, 9], [10, 12]] and grouped["layout"]["shapes"] == []

@@ -91,6 +91,7 @@ class EmbeddedWorker:
         self._heartbeat_thread.start()
         next_maintenance = time.monotonic() + 5.0
         delay = self.poll_interval
+        idle_once = False
         try:
             while not self.stopping.is_set():
                 if deadline and time.monotonic() > deadline:
@@ -112,7 +113,14 @@ class EmbeddedWorker:
                     continue
                 delay = self.poll_interval
                 if until_idle and claimed == 0 and not busy and not self._active:
-                    break
+                    # Idle twice, a full poll interval apart: a run that has just suspended on a short
+                    # timer woke this loop at once, and its timer may be due before the next poll.
+                    if idle_once:
+                        break
+                    idle_once = True
+                    self.stopping.wait(self.poll_interval)
+                    continue
+                idle_once = False
                 if claimed == 0:
                     self._wake.wait(self.poll_interval)
                     self._wake.clear()

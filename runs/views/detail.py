@@ -99,7 +99,7 @@ def _window_context(request: HttpRequest, run: Run, step, total: int) -> dict:
     events = list(SessionEvent.objects.filter(run=run, seq__gt=after, seq__lte=until).order_by("seq")[:EVENTS_PAGE])
     return {
         "window": win, "window_spans": window_spans, "aggregated": aggregated,
-        "gantt": charts.waterfall(rows, aggregated=aggregated) if rows else None,
+        "gantt": charts.waterfall(rows, aggregated=aggregated, current=center if total else None) if rows else None,
         "spans": spans, "span_total": span_total, "checkpoints": checkpoints, "checkpoint_total": checkpoint_total,
         "events": events, "events_after": after, "last_seq": newest, "until": until,
         "next_after": _next_after(events, until), "tab_rows": window.TAB_ROWS,
