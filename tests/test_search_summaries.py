@@ -28,6 +28,31 @@ from tests.dashboard_data import make_demo_runs
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+class Escalation(Exception):
+    pass
+
+
+@journal.step()
+def brittle_parse(text: str) -> int:
+    return int(text)
+
+
+@journal.workflow(name="summary_escalates")
+def escalates(ctx, text: str) -> int:
+    try:
+        return brittle_parse(text)
+    except journal.StepError as err:
+        raise Escalation(f"cannot parse {text!r}") from err
+
+
+@journal.workflow(name="summary_handles")
+def handles(ctx, text: str) -> int:
+    try:
+        return brittle_parse(text)
+    except journal.StepError:
+        raise Escalation("gave up") from None
+
+
 @pytest.fixture
 def demo(drive):
     return make_demo_runs(drive)
@@ -201,3 +226,16 @@ def test_a_common_step_name_is_probed_per_run_with_the_same_answers(client, pers
     assert any("EXISTS" in q["sql"].upper() and "journal_runstep" in q["sql"] for q in queries_seen.captured_queries)
     for q, want in rare.items():
         assert _listed(client, q) == want, q
+
+
+def test_a_step_failure_the_workflow_wraps_still_names_the_step_it_failed_at(drive, client, personas):
+    wrapped = journal.start("summary_escalates", "x1")
+    handled = journal.start("summary_handles", "x2")
+    drive()
+    run = Run.objects.get(id=wrapped)
+    assert run.status == RunStatus.FAILED and run.error_type.endswith("Escalation")
+    assert run.failed_step.endswith("brittle_parse")  # found through the exception's cause
+    # `from None` still leaves the StepError as the context Python keeps: the step is where it began
+    assert Run.objects.get(id=handled).failed_step.endswith("brittle_parse")
+    client.force_login(personas["viewer"])
+    assert _listed(client, "failed_step:brittle_parse") == {str(wrapped), str(handled)}

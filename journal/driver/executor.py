@@ -151,7 +151,7 @@ def _drive(ctx: Context, run: Run, claim: Claim, worker_id: str) -> str:
             raise unavailable(exc, f"driving run {run.id}") from exc
         error_type, message = exception_text(exc)  # what the workflow raised, made storable (never a stuck run)
         error = f"{error_type}: {message}"
-        failed_step = storable_text(exc.step_name)[:200] if isinstance(exc, StepError) else ""
+        failed_step = _failed_step(exc)
         status = _settle(ctx, RunStatus.FAILED, EventKind.RUN_FAILED,
                          {"error": error, "type": error_type,
                           "traceback": storable_text(traceback.format_exc())[-8000:]},
@@ -160,6 +160,20 @@ def _drive(ctx: Context, run: Run, claim: Claim, worker_id: str) -> str:
                          finished_at=timezone.now())
         after_failure(ctx)
         return status
+
+
+def _failed_step(exc: BaseException) -> str:
+    """The step a failure came from: the StepError itself, or one the workflow caught and raised
+    something else from (``raise Escalation(...) from err``, or while handling it). Empty when the
+    workflow's own code failed outside any step."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, StepError):
+            return storable_text(cause.step_name)[:200]
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return ""
 
 
 def _recover_spans(ctx: Context) -> None:
