@@ -23,19 +23,33 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import anthropic
-import genai_prices
-import openai
 from django.conf import settings
 
 from journal.store.errors import DurableError
+
+if TYPE_CHECKING:
+    import openai
+
+
+def _sdk(name: str) -> Any:
+    """An SDK module (openai, anthropic, genai_prices), imported when first needed. Together they take
+    about 1.8 s to import, which every worker, web process and manage.py command paid at start (a
+    restarted worker resumed its runs that much later) whether or not a workflow ever called a model."""
+    return importlib.import_module(name)
+
+
+def _loaded(name: str) -> Any | None:
+    """The SDK module if this process has imported it: only then can an object be one of its clients."""
+    return sys.modules.get(name)
 
 # Prices come from genai-prices (kept up to date upstream). This table only overrides it: the
 # offline demo models keep a price so the dashboard's cost charts mean something. USD per million
@@ -89,8 +103,9 @@ def cost_of(model: str, tokens_in: int, tokens_out: int, table: dict | None = No
     if price is not None:
         return round((tokens_in * price[0] + tokens_out * price[1]) / 1_000_000, 6)
     try:
-        found = genai_prices.calc_price(genai_prices.Usage(input_tokens=tokens_in, output_tokens=tokens_out),
-                                        model_ref=model)
+        genai_prices = _sdk("genai_prices")
+        usage = genai_prices.Usage(input_tokens=tokens_in, output_tokens=tokens_out)
+        found = genai_prices.calc_price(usage, model_ref=model)
     except LookupError:
         return 0.0  # an unknown model still records its tokens
     return round(float(found.total_price), 6)
@@ -194,7 +209,7 @@ class OpenAISDKClient:
         self.sdk = sdk
         self.model = model
         self.stream = stream
-        self.is_async = isinstance(sdk, openai.AsyncOpenAI)
+        self.is_async = isinstance(sdk, _sdk("openai").AsyncOpenAI)
 
     def complete(self, messages: list[dict], *, model: str, tools: list[dict] | None = None,
                  **params: Any) -> dict:
@@ -213,7 +228,7 @@ class OpenAISDKClient:
             if stream:
                 return aggregate_stream((chunk.model_dump() for chunk in reply), model)
             return normalise(reply.model_dump(), model)
-        except openai.OpenAIError as exc:
+        except _sdk("openai").OpenAIError as exc:
             raise _sdk_error(exc, str(self.sdk.base_url)) from None
 
     async def _acomplete(self, body: dict, stream: bool) -> dict:
@@ -235,7 +250,7 @@ def _shared_sdk_client(base_url: str, api_key: str, timeout: float, max_retries:
     with _SDK_CLIENTS_LOCK:
         client = _SDK_CLIENTS.get(key)
         if client is None:
-            client = _SDK_CLIENTS[key] = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout,
+            client = _SDK_CLIENTS[key] = _sdk("openai").OpenAI(base_url=base_url, api_key=api_key, timeout=timeout,
                                                        max_retries=max_retries)
         return client
 
@@ -328,7 +343,7 @@ class AnthropicSDKClient:
     def __init__(self, sdk: Any, model: str = ""):
         self.sdk = sdk
         self.model = model
-        self.is_async = isinstance(sdk, anthropic.AsyncAnthropic)
+        self.is_async = isinstance(sdk, _sdk("anthropic").AsyncAnthropic)
 
     def complete(self, messages: list[dict], *, model: str, tools: list[dict] | None = None,
                  **params: Any) -> dict:
@@ -343,16 +358,17 @@ class AnthropicSDKClient:
         try:
             create = self.sdk.messages.create
             reply = _run_async(create(**body)) if self.is_async else create(**body)
-        except anthropic.AnthropicError as exc:
+        except _sdk("anthropic").AnthropicError as exc:
             raise _sdk_error(exc, str(self.sdk.base_url)) from None
         return normalise_anthropic(reply.model_dump(), model)
 
 
 def as_chat_client(client: Any) -> ChatClient:
     """What ``ctx.model`` calls: an official SDK client adapted, anything with ``complete`` as it is."""
-    if isinstance(client, openai.OpenAI | openai.AsyncOpenAI):
+    openai_sdk, anthropic_sdk = _loaded("openai"), _loaded("anthropic")
+    if openai_sdk is not None and isinstance(client, openai_sdk.OpenAI | openai_sdk.AsyncOpenAI):
         return OpenAISDKClient(client)
-    if isinstance(client, anthropic.Anthropic | anthropic.AsyncAnthropic):
+    if anthropic_sdk is not None and isinstance(client, anthropic_sdk.Anthropic | anthropic_sdk.AsyncAnthropic):
         return AnthropicSDKClient(client)
     if not callable(getattr(client, "complete", None)):
         raise ModelError(f"ctx.model needs an openai or anthropic client, or one with complete(); got {client!r}")
