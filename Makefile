@@ -27,12 +27,15 @@ serve: install
 	DURABLE_PRODUCTION=1 $(VENV)/bin/gunicorn durable_ui.wsgi --bind $(BIND) --access-logfile - \
 		--workers $${WEB_CONCURRENCY:-3} --timeout 60 --graceful-timeout 30
 
-# The full suite on the embedded SQLite database, then on PostgreSQL (DATABASE_URL, the local
-# server, or a throwaway cluster tests/services.py starts). REDIS_URL works the same way.
+# The full suite on the embedded SQLite database and on PostgreSQL (DATABASE_URL, the local server,
+# or a throwaway cluster tests/services.py starts), side by side: most of the suite waits on worker
+# processes, browsers and timers rather than on a core, so two suites share two cores with room to
+# spare. Each suite's output is printed whole when it ends (make's --output-sync); -k runs the other
+# to its end when one fails. REDIS_URL works like DATABASE_URL. One suite alone: make test-sqlite.
 test: install lint-imports
 	$(PY) tests/services.py browser
-	$(MAKE) --no-print-directory test-sqlite
-	$(MAKE) --no-print-directory test-postgres
+	@echo "make test: the SQLite and PostgreSQL suites run side by side; each prints its output when it ends"
+	$(MAKE) --no-print-directory -j2 -k --output-sync=target test-sqlite test-postgres
 
 test-sqlite: install
 	env -u DATABASE_URL DURABLE_TEST_DB=sqlite $(PY) -m pytest $(PYTEST_ARGS)
