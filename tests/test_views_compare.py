@@ -66,3 +66,28 @@ def test_a_long_pair_opens_at_its_divergence_shows_a_window_and_pages_through_it
     assert "Steps 2,901–3,000 of 3,000" in last
     bad = viewer.get(reverse("run_compare"), {"a": a, "b": b, "from": "x"})
     assert bad.status_code == 200 and "is not a step number" in bad.content.decode()
+
+
+@pytest.mark.parametrize("mine, theirs, same", [
+    ({"args_hash": "h", "result": 5, "duration_ms": 1}, {"args_hash": "h", "result": 5, "duration_ms": 9}, True),
+    ({"args_hash": "h", "result": {"a": 1, "b": [2]}}, {"args_hash": "h", "result": {"b": [2], "a": 1}}, True),
+    ({"args_hash": "h", "result": 5}, {"args_hash": "h", "result": "5"}, False),  # the text agrees, the JSON not
+    ({"args_hash": "h", "result": None}, {"args_hash": "h"}, True),
+    ({"args_hash": "h", "result": 1}, {"args_hash": "g", "result": 1}, False),
+    ({"args_hash": "h", "result": {"a": [1, {"b": 2}]}}, {"args_hash": "h", "result": {"a": [1, {"b": 3}]}}, False),
+    ({"args_hash": "h", "error": {"type": "E", "message": "x"}},
+     {"args_hash": "h", "error": {"type": "E", "message": "y"}, "attempt": 2}, True),  # an error is its args
+    ({"args_hash": "h", "error": {"type": "E"}}, {"args_hash": "h", "result": None}, False),
+])
+def test_compare_tells_a_changed_step_from_a_slower_one_by_its_request_and_result(mine, theirs, same):
+    from journal.models import EventKind, SessionEvent
+    from journal.operations.whatif import compare_runs
+
+    runs = []
+    for payload in (mine, theirs):
+        run = Run.objects.create(agent="cmp", version="1", status="completed")
+        SessionEvent.objects.create(run=run, seq=1, kind=EventKind.STEP_COMPLETED, position=1, step_name="s",
+                                    payload=payload)
+        runs.append(run)
+    result = compare_runs(*runs)
+    assert result["steps"][0]["same"] is same and result["differing"] == (0 if same else 1)

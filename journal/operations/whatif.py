@@ -11,8 +11,10 @@ import os
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import TextField
+from django.db.models.expressions import RawSQL
+from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 
 from journal.engine.protocol import result_of
@@ -101,6 +103,19 @@ def _identity(payload: dict) -> tuple:
     return payload.get("args_hash"), payload.get("result_ref"), payload.get("result")
 
 
+def _result_json() -> RawSQL:
+    """A record's result as JSON text (so "5" and 5 differ, as KT's SQL values would not)."""
+    if connection.vendor == "postgresql":
+        return RawSQL("(payload -> 'result')::text", ())
+    return RawSQL("json_quote(json_extract(payload, '$.result'))", ())
+
+
+def _same_identity(a: tuple, b: tuple) -> bool:
+    """The identity parts as the database's text agree, and neither record is an error (an error's
+    identity is its args alone, which the values then decide)."""
+    return a == b and a[3] is None
+
+
 class _Decoded:
     """A run's step records as text, decoded one position at a time when something needs the value."""
 
@@ -162,11 +177,22 @@ def compare_runs(run_a, run_b, *, models_only: bool = False, start: int | None =
     runs = [r if hasattr(r, "status") else get_run(r) for r in (run_a, run_b)]
     # The payloads as the database's text: a record a fork copied is the same text in both runs and
     # needs no decoding to be the same; only the records that differ as text are decoded and compared.
+    # A re-run step's record differs in its timings only, so the database also hands over the identity's
+    # parts as text (_identity's fields): equal there means the same step without decoding the record
+    # (decoding every record was most of the time of two 10k-step runs); different there, the values decide.
     texts: list[dict[int, tuple[str, str]]] = []
+    idents: list[dict[int, tuple]] = []
     for run in runs:
-        texts.append({position: (name, text) for position, name, text in (
-            SessionEvent.objects.steps().filter(run_id=run.id).order_by("seq")
-            .annotate(text=Cast("payload", TextField())).values_list("position", "step_name", "text"))})
+        rows = (SessionEvent.objects.steps().filter(run_id=run.id).order_by("seq")
+                .annotate(text=Cast("payload", TextField()), i_args=KT("payload__args_hash"),
+                          i_ref=KT("payload__result_ref"), i_result=_result_json(),
+                          i_error=Cast(KT("payload__error"), TextField()))
+                .values_list("position", "step_name", "text", "i_args", "i_ref", "i_result", "i_error"))
+        texts.append({})
+        idents.append({})
+        for position, name, text, *ident in rows:
+            texts[-1][position] = (name, text)
+            idents[-1][position] = tuple(ident)
     per_run = [_Decoded(t) for t in texts]
     aligned = []
     first_difference = None
@@ -174,7 +200,8 @@ def compare_runs(run_a, run_b, *, models_only: bool = False, start: int | None =
     for position in sorted(set(texts[0]) | set(texts[1])):
         ta, tb = texts[0].get(position), texts[1].get(position)
         same = ta is not None and tb is not None and ta[0] == tb[0] and (
-            ta[1] == tb[1] or _identity(per_run[0][position][1]) == _identity(per_run[1][position][1]))
+            ta[1] == tb[1] or _same_identity(idents[0][position], idents[1][position])
+            or _identity(per_run[0][position][1]) == _identity(per_run[1][position][1]))
         a, b = (per_run[0] if ta else None), (per_run[1] if tb else None)
         if not same:
             differing += 1
