@@ -204,7 +204,7 @@ def waterfall(rows: Iterable[dict], aggregated: bool = False, current: int | Non
     return {"data": data, "layout": layout}
 
 
-MARK_COLOR = "#111827"
+MARK_COLOR = "#ca8a04"  # amber, like the band: visible on the light and the dark theme
 
 
 def _mark_width(lo: int | None, hi: int | None, current: int | None) -> int:
