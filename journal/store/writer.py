@@ -30,7 +30,7 @@ from django.db import OperationalError, connection, connections, transaction
 from django.utils import timezone
 
 from journal.models import EventKind, Run, SessionEvent
-from journal.store import faults, groupcommit, outage
+from journal.store import faults, groupcommit, outage, prepared
 from journal.store.errors import DatabaseUnavailable, LeaseLost
 from journal.store.serialization import storable_json, storable_text
 from journal.store.summaries import record_step_names
@@ -103,7 +103,7 @@ def fenced_append(run_id: uuid.UUID, epoch: int, entries: list[Entry]) -> None:
     if pg and len(entries) >= COPY_ROWS and connection.in_atomic_block:
         inserted = _copy_fenced(run_id, epoch, entries)
     else:
-        with connection.cursor() as cursor:
+        with prepared.cursor() as cursor:  # PostgreSQL: parsed and planned once per connection, not per step
             cursor.execute(sql, params)
             inserted = cursor.rowcount
     if inserted != len(entries):
@@ -434,7 +434,7 @@ def _fenced_insert_group(parts: list[tuple[uuid.UUID, int, list[Entry]]]) -> set
     for run_id, epoch, entries in parts:
         for e in entries:
             params += [run_id, e.seq, e.kind, e.position, e.step_name, e.payload, e.actor, e.created_at, epoch]
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, params)
         return {row[0] for row in cursor.fetchall()}
 
