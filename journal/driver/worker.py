@@ -72,6 +72,7 @@ class EmbeddedWorker:
         self.maintenance_interval = float(getattr(settings, "DURABLE_RETENTION_INTERVAL", 3600))
         self.db = OutageLog(log, f"worker {self.id}")
         self._given_back: dict = {}  # run_id -> epoch: given up during an outage, to expire when it answers
+        self._drivers: set[int] = set()  # pool threads that drove a run (and keep a connection open)
 
     # -- lifecycle ----------------------------------------------------------------------
     def register(self) -> None:
@@ -171,7 +172,7 @@ class EmbeddedWorker:
                 log.exception("worker %s: housekeeping %s failed", self.id, getattr(job, "__qualname__", job))
 
     def tick(self) -> int:
-        close_old_connections()
+        _reuse_connections()
         self._return_given_back()
         with self._lock:
             free = self.concurrency - len(self._active)
@@ -186,7 +187,7 @@ class EmbeddedWorker:
         for claim in claims:
             with self._lock:
                 self._active[claim.run_id] = claim
-            self._pool.submit(self._drive, claim)
+            self._pool.submit(self._drive_pooled, claim)
         return len(claims)
 
     def drive_one(self, run_id) -> str | None:
@@ -203,10 +204,15 @@ class EmbeddedWorker:
             self._active[claims[0].run_id] = claims[0]
         return self._drive(claims[0])
 
+    def _drive_pooled(self, claim) -> str:
+        with self._lock:
+            self._drivers.add(threading.get_ident())
+        return self._drive(claim)
+
     def _drive(self, claim) -> str:
         status = "error"
         try:
-            close_old_connections()
+            _reuse_connections()
             status = executor.drive(claim, self.id, on_context=lambda ctx: self._set_context(claim.run_id, ctx))
             return status
         except LeaseLost:
@@ -231,8 +237,30 @@ class EmbeddedWorker:
                 self.outcomes[str(claim.run_id)] = status
                 while len(self.outcomes) > OUTCOMES_KEPT:  # a long-lived worker must not grow with history
                     self.outcomes.popitem(last=False)
-            _close_all()
+            if self.stopping.is_set():
+                _close_all()
             self._wake.set()
+
+    def _close_pool_connections(self, timeout: float = 5.0) -> None:
+        """Close the connections the pool's threads kept between runs, each in its own thread (a Django
+        connection belongs to the thread that opened it): one task per thread that drove a run, held
+        at a barrier so that no thread takes two."""
+        with self._lock:
+            threads = len(self._drivers)
+            self._drivers.clear()
+        if not threads:
+            return
+        barrier = threading.Barrier(threads, timeout=timeout)
+
+        def close_mine() -> None:
+            _close_all()
+            try:
+                barrier.wait()
+            except threading.BrokenBarrierError:  # a thread still busy: its connection closes with it
+                pass
+
+        for future in [self._pool.submit(close_mine) for _ in range(threads)]:
+            future.result()
 
     def _set_context(self, run_id, ctx) -> None:
         with self._lock:
@@ -298,6 +326,8 @@ class EmbeddedWorker:
                 else:
                     log.exception("heartbeat during shutdown failed")
             time.sleep(0.1)
+        if not self._active:
+            self._close_pool_connections()
         self._pool.shutdown(wait=not self._active, cancel_futures=True)
         try:
             self._return_given_back()
@@ -310,6 +340,32 @@ class EmbeddedWorker:
                 raise
             self._database_failed(exc)  # its leases run out by themselves
         close_old_connections()
+
+
+IDLE_CHECK = 10.0  # seconds: a connection unused this long is asked whether it still works before a run
+_last_used = threading.local()
+
+
+def _reuse_connections() -> None:
+    """Keep this thread's connections from one run (or claim) to the next. Django's
+    close_old_connections closes them each time when CONN_MAX_AGE is 0 (its default), and opening one
+    cost more than a short run: ~15 ms per run on PostgreSQL, ~6 ms on SQLite (its pragmas and WAL).
+    A connection is closed here only when an error left it unusable, or when it sat idle a while and
+    no longer answers (a server restarted meanwhile); the next query then opens a new one."""
+    now = time.monotonic()
+    idle = now - getattr(_last_used, "at", now)
+    _last_used.at = now
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None or conn.in_atomic_block:
+            continue
+        if conn.errors_occurred or idle > IDLE_CHECK:
+            if conn.is_usable():
+                conn.errors_occurred = False
+                continue
+            try:
+                conn.close()
+            except Exception:  # closing a connection to a dead server may complain; it is closed either way
+                conn.connection = None
 
 
 def _close_all() -> None:
