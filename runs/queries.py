@@ -116,6 +116,7 @@ SEARCH_KEYS = {
     "agent": "the agent's name (agent:triage)",
     "version": "the agent version (version:2)",
     "id": "a run id or its first characters (id:3fa2b1c0)",
+    "subject": "the subject the run is linked to, as ctx.set_subject set it (subject:customer-42)",
     "error": "text in the run's error (error:\"unexpected token\")",
     "step": "ran a step of that name (step:summarize_doc)",
     "failed_step": "failed at a step of that name (failed_step:explode)",
@@ -165,6 +166,8 @@ def _term(key: str, value: str) -> Q:
         return Q(agent=value)
     if key == "version":
         return Q(version=value)
+    if key == "subject":  # exact, on its index: what an erasure request or a support ticket names
+        return Q(subject=value)
     if key == "id":
         rid = _as_uuid(value)
         if rid is not None:

@@ -184,8 +184,8 @@ def test_the_help_lists_every_term(client, personas):
     client.force_login(personas["viewer"])
     page = client.get(reverse("run_list")).content.decode()
     help_box = page[page.index('id="search-help"'):].split("</details>")[0]
-    for key in ("status", "agent", "version", "id", "error", "step", "failed_step", "waited", "cost", "tokens",
-                "created"):
+    for key in ("status", "agent", "version", "id", "subject", "error", "step", "failed_step", "waited", "cost",
+                "tokens", "created"):
         assert key in SEARCH_KEYS and f"<code>{key}:</code>" in help_box
 
 
@@ -239,3 +239,13 @@ def test_a_step_failure_the_workflow_wraps_still_names_the_step_it_failed_at(dri
     assert Run.objects.get(id=handled).failed_step.endswith("brittle_parse")
     client.force_login(personas["viewer"])
     assert _listed(client, "failed_step:brittle_parse") == {str(wrapped), str(handled)}
+
+
+def test_subject_finds_the_runs_linked_to_a_subject_exactly(drive, client, personas):
+    mine = journal.start_run("summary_handles", ["1"], subject="customer-42")
+    other = journal.start_run("summary_handles", ["2"], subject="customer-420")
+    drive()
+    client.force_login(personas["viewer"])
+    assert _listed(client, "subject:customer-42") == {str(mine)}  # exact: not customer-420
+    assert _listed(client, 'subject:"customer-420" status:completed') == {str(other)}
+    assert _listed(client, "subject:nobody") == set()
