@@ -151,8 +151,10 @@ def _default_sandbox_root() -> str:
 
 DURABLE_SANDBOX_ROOT = env_str("DURABLE_SANDBOX_ROOT", "") or _default_sandbox_root()
 DURABLE_READ_ONLY = env_bool("DURABLE_READ_ONLY", False)
-# Concurrent runs of one process share journal commits (journal/store/groupcommit.py); off only to compare.
-DURABLE_GROUP_COMMIT = env_bool("DURABLE_GROUP_COMMIT", True)
+# Concurrent runs of one process share journal commits (journal/store/groupcommit.py). Unset: on for
+# SQLite (one writer at a time: sharing is the only way to share an fsync), off for PostgreSQL (the
+# server already flushes concurrent commits' WAL together; a queue in the client only serializes them).
+DURABLE_GROUP_COMMIT = env_bool("DURABLE_GROUP_COMMIT") if os.environ.get("DURABLE_GROUP_COMMIT") else None
 DURABLE_RETENTION_INTERVAL = env_int("DURABLE_RETENTION_INTERVAL", 3600, minimum=60)  # seconds between purges
 # A Celery task meeting a database outage retries this many times (backoff up to 60 s); then beat's sweep rings.
 DURABLE_CELERY_DB_RETRIES = env_int("DURABLE_CELERY_DB_RETRIES", 30, minimum=0)

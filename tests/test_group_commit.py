@@ -117,7 +117,8 @@ def test_a_bad_row_in_a_shared_commit_fails_only_its_own_writer():
     assert written == {claims[0].run_id, claims[1].run_id}
 
 
-def test_eight_runs_driven_at_once_keep_dense_journals_through_the_shared_commits(drive):
+def test_eight_runs_driven_at_once_keep_dense_journals_through_the_shared_commits(drive, settings):
+    settings.DURABLE_GROUP_COMMIT = True  # PostgreSQL's default is off
     ids = [journal.start("twelve", 6, 0) for _ in range(8)]
     before = writer._group()
     drive(concurrency=8)
@@ -141,3 +142,12 @@ def test_with_group_commit_off_every_write_is_its_own(settings):
     w.record(EventKind.LOG, {"message": "alone"})
     assert group.commits == commits
     assert SessionEvent.objects.filter(run_id=claim.run_id, payload__message="alone").exists()
+
+
+def test_by_default_sqlite_shares_commits_and_postgresql_leaves_it_to_the_server(settings):
+    from django.db import connection
+
+    settings.DURABLE_GROUP_COMMIT = None
+    assert groupcommit.enabled() is (connection.vendor == "sqlite")
+    settings.DURABLE_GROUP_COMMIT = True
+    assert groupcommit.enabled() is True
