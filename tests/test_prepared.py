@@ -1,0 +1,81 @@
+"""The journal's append as a prepared statement on PostgreSQL (journal/store/prepared.py): prepared once
+per connection, off with DURABLE_PG_PREPARE=0, errors still Django's (so an outage is still an outage),
+still in Django's query log; SQLite goes through Django's cursor as before."""
+
+import pytest
+from django.db import connection
+from django.db.utils import OperationalError, ProgrammingError
+from django.test.utils import CaptureQueriesContext
+
+import journal
+from journal.driver import leases
+from journal.models import EventKind, SessionEvent
+from journal.store import outage, prepared
+from journal.store.writer import JournalWriter
+from tests.agents import crashy  # noqa: F401 - registers "twelve"
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _append_three() -> str:
+    [claim] = leases.claim("w", 1, run_id=journal.start("twelve"))
+    writer = JournalWriter(claim.run_id, claim.epoch, next_seq=3)
+    for i in range(3):
+        writer.record(EventKind.LOG, {"message": f"line {i}"})
+    assert SessionEvent.objects.filter(run_id=claim.run_id, kind=EventKind.LOG).count() == 3
+    return str(claim.run_id)
+
+
+def _prepared_appends() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements "
+                       "WHERE statement LIKE 'INSERT INTO journal_sessionevent%%'")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.postgres
+def test_the_append_is_prepared_once_per_connection_and_logged_like_any_query():
+    connection.close()  # a fresh connection: nothing prepared on it yet
+    with CaptureQueriesContext(connection) as queries:
+        _append_three()
+    assert _prepared_appends() == 1  # three appends, one statement, planned once
+    appends = [q["sql"] for q in queries.captured_queries if "INSERT INTO journal_sessionevent" in q["sql"]]
+    assert len(appends) >= 3 and all("-- prepared" in sql for sql in appends[-3:])
+
+
+@pytest.mark.postgres
+def test_with_preparing_off_nothing_is_prepared(monkeypatch):
+    monkeypatch.setenv("DURABLE_PG_PREPARE", "0")
+    connection.close()
+    _append_three()
+    assert _prepared_appends() == 0
+
+
+@pytest.mark.postgres
+def test_errors_through_the_prepared_cursor_are_djangos_and_an_outage_is_an_outage():
+    with pytest.raises(ProgrammingError), prepared.cursor() as cursor:
+        cursor.execute("SELECT no_such_column FROM journal_run WHERE id = %s", [1])
+    connection.close()
+    with connection.cursor() as cursor:  # another session ends this one, as a server restart would
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    from django.db import connections
+
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        other.close()
+    with pytest.raises(OperationalError) as caught, prepared.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM journal_run WHERE id = %s", ["00000000-0000-0000-0000-000000000000"])
+    assert outage.is_database_outage(caught.value)
+    connection.close()
+
+
+def test_on_sqlite_the_append_goes_through_djangos_cursor():
+    if connection.vendor != "sqlite":
+        pytest.skip("the SQLite path")
+    assert not prepared.enabled()
+    run_id = _append_three()
+    assert SessionEvent.objects.filter(run_id=run_id).count() == 4  # run_started and the three
