@@ -22,26 +22,29 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 
 PSYCOPG_DEFAULT_THRESHOLD = 5  # what psycopg uses when Django does not switch preparing off
 
 
-def enabled() -> bool:
-    return connection.vendor == "postgresql" and os.environ.get("DURABLE_PG_PREPARE", "1") != "0"
+def enabled(conn: Any = None) -> bool:
+    conn = conn if conn is not None else connections[DEFAULT_DB_ALIAS]
+    return conn.vendor == "postgresql" and os.environ.get("DURABLE_PG_PREPARE", "1") != "0"
 
 
 class _PreparedCursor:
-    """The part of a DB-API cursor the hot statements use, each ``execute`` a prepared statement."""
+    """The part of a DB-API cursor the hot statements use, each ``execute`` a prepared statement.
+    One per connection, kept for its life (making a psycopg cursor per step cost more than using one)."""
 
-    def __init__(self, raw: psycopg.Cursor):
+    def __init__(self, conn: Any, raw: psycopg.Cursor):
+        self._conn = conn
         self._raw = raw
 
     def execute(self, sql: str, params: Sequence[Any]) -> None:
         started = time.monotonic()
         self._raw.execute(sql, params, prepare=True)
-        if connection.queries_logged:
-            connection.queries_log.append({"sql": f"{sql} -- prepared, params {list(params)!r}"[:10000],
+        if self._conn.queries_logged:
+            self._conn.queries_log.append({"sql": f"{sql} -- prepared, params {list(params)!r}"[:10000],
                                            "time": f"{time.monotonic() - started:.3f}"})
 
     @property
@@ -58,17 +61,17 @@ class _PreparedCursor:
 @contextmanager
 def cursor() -> Iterator[Any]:
     """A cursor for a hot statement: prepared on PostgreSQL (see the module docstring), Django's otherwise."""
-    if not enabled():
-        with connection.cursor() as django_cursor:
+    conn = connections[DEFAULT_DB_ALIAS]  # one lookup of the thread's connection, not one per attribute
+    if not enabled(conn):
+        with conn.cursor() as django_cursor:
             yield django_cursor
         return
-    connection.ensure_connection()
-    raw_connection = connection.connection
-    if raw_connection.prepare_threshold is None:  # Django's default: prepare=True would be ignored
-        raw_connection.prepare_threshold = PSYCOPG_DEFAULT_THRESHOLD
-    with connection.wrap_database_errors:
-        raw = psycopg.Cursor(raw_connection)
-        try:
-            yield _PreparedCursor(raw)
-        finally:
-            raw.close()
+    conn.ensure_connection()
+    raw_connection = conn.connection
+    kept = getattr(conn, "_durable_prepared", None)
+    if kept is None or kept._raw.connection is not raw_connection or kept._raw.closed:
+        if raw_connection.prepare_threshold is None:  # Django's default: prepare=True would be ignored
+            raw_connection.prepare_threshold = PSYCOPG_DEFAULT_THRESHOLD
+        kept = conn._durable_prepared = _PreparedCursor(conn, psycopg.Cursor(raw_connection))
+    with conn.wrap_database_errors:
+        yield kept

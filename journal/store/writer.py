@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db import OperationalError, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections, transaction
 from django.utils import timezone
 
 from journal.models import EventKind, Run, SessionEvent
@@ -88,7 +88,8 @@ def fenced_append(run_id: uuid.UUID, epoch: int, entries: list[Entry]) -> None:
     """
     if not entries:
         return
-    vendor = connection.vendor
+    conn = connections[DEFAULT_DB_ALIAS]  # the thread's connection, looked up once
+    vendor = conn.vendor
     key = (vendor, len(entries))
     sql = _SQL_CACHE.get(key)
     if sql is None:
@@ -100,7 +101,7 @@ def fenced_append(run_id: uuid.UUID, epoch: int, entries: list[Entry]) -> None:
         created: Any = e.created_at if pg else _sqlite_datetime(e.created_at)
         params += [run_param, e.seq, e.kind, e.position, e.step_name, e.payload, e.actor, created]
     params += [run_param, epoch]
-    if pg and len(entries) >= COPY_ROWS and connection.in_atomic_block:
+    if pg and len(entries) >= COPY_ROWS and conn.in_atomic_block:
         inserted = _copy_fenced(run_id, epoch, entries)
     else:
         with prepared.cursor() as cursor:  # PostgreSQL: parsed and planned once per connection, not per step
