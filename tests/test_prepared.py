@@ -73,9 +73,16 @@ def test_errors_through_the_prepared_cursor_are_djangos_and_an_outage_is_an_outa
     connection.close()
 
 
-def test_on_sqlite_the_append_goes_through_djangos_cursor():
+def test_on_sqlite_the_append_uses_sqlites_own_cursor_kept_for_the_connection_and_logged():
     if connection.vendor != "sqlite":
         pytest.skip("the SQLite path")
     assert not prepared.enabled()
-    run_id = _append_three()
+    with CaptureQueriesContext(connection) as queries:
+        run_id = _append_three()
     assert SessionEvent.objects.filter(run_id=run_id).count() == 4  # run_started and the three
+    appends = [q["sql"] for q in queries.captured_queries if "INSERT INTO journal_sessionevent" in q["sql"]]
+    assert len(appends) >= 3
+    with prepared.cursor() as first, prepared.cursor() as second:
+        assert first is second  # one cursor for the connection's life
+    with pytest.raises(OperationalError), prepared.cursor() as cursor:  # Django's class, not sqlite3's
+        cursor.execute("SELECT no_such_column FROM journal_run WHERE id = %s", [1])

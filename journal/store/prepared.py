@@ -58,10 +58,37 @@ class _PreparedCursor:
         return self._raw.fetchall()
 
 
+class _SQLiteCursor(_PreparedCursor):
+    """SQLite's own cursor on Django's connection, kept for the connection's life, with the statement's
+    placeholders converted once (Django's wrapper rewrites %s to ? with a regex on every execute); the
+    sqlite3 module keeps the compiled statement in its cache by text."""
+
+    _converted: dict[str, str] = {}
+
+    def execute(self, sql: str, params: Sequence[Any]) -> None:
+        query = self._converted.get(sql)
+        if query is None:
+            query = self._converted[sql] = sql.replace("%s", "?")
+        started = time.monotonic()
+        self._raw.execute(query, params)
+        if self._conn.queries_logged:
+            self._conn.queries_log.append({"sql": f"{sql} -- params {list(params)!r}"[:10000],
+                                           "time": f"{time.monotonic() - started:.3f}"})
+
+
 @contextmanager
 def cursor() -> Iterator[Any]:
     """A cursor for a hot statement: prepared on PostgreSQL (see the module docstring), Django's otherwise."""
     conn = connections[DEFAULT_DB_ALIAS]  # one lookup of the thread's connection, not one per attribute
+    if conn.vendor == "sqlite":
+        conn.ensure_connection()
+        raw_connection = conn.connection
+        kept = getattr(conn, "_durable_sqlite", None)
+        if kept is None or kept._raw.connection is not raw_connection:
+            kept = conn._durable_sqlite = _SQLiteCursor(conn, raw_connection.cursor())
+        with conn.wrap_database_errors:
+            yield kept
+        return
     if not enabled(conn):
         with conn.cursor() as django_cursor:
             yield django_cursor
