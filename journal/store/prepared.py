@@ -9,7 +9,9 @@ took ~470 µs unprepared against ~285 µs prepared, measured through psycopg on 
 ``cursor()`` gives those few statements a server-side-binding psycopg cursor on Django's own
 connection (same session, same transaction, Django's error translation), and asks psycopg to
 prepare each statement once per connection. ``DURABLE_PG_PREPARE=0`` turns it off for a pooler that
-cannot carry prepared statements (PgBouncer before 1.21 in transaction mode); SQLite is unaffected.
+cannot carry prepared statements (PgBouncer before 1.21 in transaction mode). On SQLite it is
+sqlite3's own cursor, whose module caches compiled statements by text anyway; what it saves there is
+Django's wrapper (a regex per execute). Either cursor is kept for the connection's life.
 Statements still appear in ``connection.queries`` when Django logs queries, so tests counting them agree.
 """
 
