@@ -1,4 +1,4 @@
-"""The engine's per-step statements as prepared statements on PostgreSQL.
+"""The engine's per-step statements: prepared statements on PostgreSQL, sqlite3's own cursor on SQLite.
 
 Django sends every query as text with its values quoted in (client-side binding) and turns
 psycopg's prepared statements off, so that connection poolers in transaction mode keep working.
@@ -80,7 +80,8 @@ class _SQLiteCursor(_PreparedCursor):
 
 @contextmanager
 def cursor() -> Iterator[Any]:
-    """A cursor for a hot statement: prepared on PostgreSQL (see the module docstring), Django's otherwise."""
+    """A cursor for a hot statement: prepared on PostgreSQL, sqlite3's own on SQLite (see the module
+    docstring), Django's when preparing is switched off."""
     conn = connections[DEFAULT_DB_ALIAS]  # one lookup of the thread's connection, not one per attribute
     if conn.vendor == "sqlite":
         conn.ensure_connection()
