@@ -86,3 +86,16 @@ def test_on_sqlite_the_append_uses_sqlites_own_cursor_kept_for_the_connection_an
         assert first is second  # one cursor for the connection's life
     with pytest.raises(OperationalError), prepared.cursor() as cursor:  # Django's class, not sqlite3's
         cursor.execute("SELECT no_such_column FROM journal_run WHERE id = %s", [1])
+
+
+@pytest.mark.postgres
+def test_the_claim_is_planned_for_its_values_and_the_run_lookups_are_prepared():
+    connection.close()
+    for _ in range(7):  # past psycopg's threshold: a statement that could be prepared would be by now
+        [claim] = leases.claim("w", 1, run_id=journal.start("twelve"))
+        leases.claim("w", 1)  # the candidates query without a run id
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        statements = [row[0] for row in cursor.fetchall()]
+    assert any(s.startswith("UPDATE") and "journal_run" in s for s in statements)  # the claim's move
+    assert not any("FOR UPDATE" in s or "SKIP LOCKED" in s for s in statements)  # the candidates: not

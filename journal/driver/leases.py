@@ -103,7 +103,9 @@ def _candidates(variant: tuple[bool, int, bool], *, now, run_id):
 _CLAIM_FIELDS = ("id", "status", "epoch", "attempts", "started_at", "lease_owner", "agent", "concurrency_key",
                  "concurrency_limit")
 # Compiled once per limit: the claim runs on every poll of every worker (frozen.py says what it saves).
-_CANDIDATES = frozen.FrozenQuery(Run, _CLAIM_FIELDS, _candidates, now=frozen.SENTINEL_TIME,
+# Not a prepared statement: its status values choose the partial indexes (run_pending, run_wake,
+# run_leased) that a generic plan could not use once a table holds many finished runs.
+_CANDIDATES = frozen.FrozenQuery(Run, _CLAIM_FIELDS, _candidates, prepare=False, now=frozen.SENTINEL_TIME,
                                  run_id=frozen.SENTINEL_UUID)
 
 

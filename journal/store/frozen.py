@@ -28,6 +28,8 @@ from django.db.models.expressions import Combinable
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from journal.store import prepared
+
 SENTINEL_TIME = datetime(2001, 2, 3, 4, 5, 6, 789012, tzinfo=UTC)
 SENTINEL_UUID = uuid.UUID("5e471ae1-0000-4000-8000-00000000f00d")
 
@@ -51,11 +53,12 @@ class FrozenQuery:
     """
 
     def __init__(self, model: type[models.Model], fields: Sequence[str], build: Callable[..., models.QuerySet],
-                 **sentinels: Any):
+                 *, prepare: bool = True, **sentinels: Any):
         self.model = model
         self.fields = tuple(fields)
         self.build = build
         self.sentinels = sentinels
+        self.prepare = prepare  # False: PostgreSQL plans each run for its values (see prepared.cursor)
         self._compiled: dict[tuple, tuple[str, list]] = {}
         self._convert = [_from_db(_field(model, name)) for name in self.fields]
 
@@ -81,7 +84,7 @@ class FrozenQuery:
             compiled = self._compiled[key] = self._compile(variant, values)
         sql, slots = compiled
         params = [adapt(values[slot]) if slot else adapt for slot, adapt in slots]
-        with connection.cursor() as cursor:
+        with prepared.cursor(self.prepare) as cursor:  # PostgreSQL: bound, and planned once unless told not to
             cursor.execute(sql, params)
             fetched = cursor.fetchall()
         fields, convert = self.fields, self._convert
@@ -178,7 +181,7 @@ def update(queryset: models.QuerySet, where: dict[str, Any], values: dict[str, A
             params += [f.get_db_prep_value(item, connection) for item in v]
         else:
             params.append(f.get_db_prep_value(v, connection))
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:  # PostgreSQL: planned once per connection
         cursor.execute(sql, params)
         return cursor.rowcount
 
@@ -204,7 +207,7 @@ def insert(obj: models.Model) -> models.Model:
         with _LOCK:
             _SQL[shape] = sql
     params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:  # PostgreSQL: planned once per connection
         cursor.execute(sql, params)
         if auto:
             returned = sql.endswith(f"RETURNING {connection.ops.quote_name(pk.column)}")

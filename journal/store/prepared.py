@@ -38,15 +38,17 @@ class _PreparedCursor:
     """The part of a DB-API cursor the hot statements use, each ``execute`` a prepared statement.
     One per connection, kept for its life (making a psycopg cursor per step cost more than using one)."""
 
-    def __init__(self, conn: Any, raw: psycopg.Cursor):
+    def __init__(self, conn: Any, raw: psycopg.Cursor, prepare: bool = True):
         self._conn = conn
         self._raw = raw
+        self._prepare = prepare
 
     def execute(self, sql: str, params: Sequence[Any]) -> None:
         started = time.monotonic()
-        self._raw.execute(sql, params, prepare=True)
+        self._raw.execute(sql, params, prepare=self._prepare)
         if self._conn.queries_logged:
-            self._conn.queries_log.append({"sql": f"{sql} -- prepared, params {list(params)!r}"[:10000],
+            how = "prepared" if self._prepare else "bound"
+            self._conn.queries_log.append({"sql": f"{sql} -- {how}, params {list(params)!r}"[:10000],
                                            "time": f"{time.monotonic() - started:.3f}"})
 
     @property
@@ -58,6 +60,10 @@ class _PreparedCursor:
 
     def fetchall(self) -> list[tuple]:
         return self._raw.fetchall()
+
+    @property
+    def lastrowid(self) -> int | None:  # sqlite3's; a PostgreSQL insert says RETURNING instead
+        return getattr(self._raw, "lastrowid", None)
 
 
 class _SQLiteCursor(_PreparedCursor):
@@ -79,9 +85,13 @@ class _SQLiteCursor(_PreparedCursor):
 
 
 @contextmanager
-def cursor() -> Iterator[Any]:
+def cursor(prepare: bool = True) -> Iterator[Any]:
     """A cursor for a hot statement: prepared on PostgreSQL, sqlite3's own on SQLite (see the module
-    docstring), Django's when preparing is switched off."""
+    docstring), Django's when preparing is switched off.
+
+    ``prepare=False`` keeps the server-side binding (no quoting in Python) but lets PostgreSQL plan
+    each execution for its values: for statements whose values decide which partial index applies
+    (a claim's ``status = 'pending'``), which a prepared statement's generic plan could not use."""
     conn = connections[DEFAULT_DB_ALIAS]  # one lookup of the thread's connection, not one per attribute
     if conn.vendor == "sqlite":
         conn.ensure_connection()
@@ -98,10 +108,12 @@ def cursor() -> Iterator[Any]:
         return
     conn.ensure_connection()
     raw_connection = conn.connection
-    kept = getattr(conn, "_durable_prepared", None)
+    slot = "_durable_prepared" if prepare else "_durable_bound"
+    kept = getattr(conn, slot, None)
     if kept is None or kept._raw.connection is not raw_connection or kept._raw.closed:
         if raw_connection.prepare_threshold is None:  # Django's default: prepare=True would be ignored
             raw_connection.prepare_threshold = PSYCOPG_DEFAULT_THRESHOLD
-        kept = conn._durable_prepared = _PreparedCursor(conn, psycopg.Cursor(raw_connection))
+        kept = _PreparedCursor(conn, psycopg.Cursor(raw_connection), prepare)
+        setattr(conn, slot, kept)
     with conn.wrap_database_errors:
         yield kept
