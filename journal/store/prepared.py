@@ -46,8 +46,11 @@ class _PreparedCursor:
     def execute(self, sql: str, params: Sequence[Any]) -> None:
         started = time.monotonic()
         self._raw.execute(sql, params, prepare=self._prepare)
+        self._logged(sql, params, started, "prepared" if self._prepare else "bound")
+
+    def _logged(self, sql: str, params: Sequence[Any], started: float, how: str) -> None:
+        """Into ``connection.queries`` as Django's debug cursor would put it, when Django logs queries."""
         if self._conn.queries_logged:
-            how = "prepared" if self._prepare else "bound"
             self._conn.queries_log.append({"sql": f"{sql} -- {how}, params {list(params)!r}"[:10000],
                                            "time": f"{time.monotonic() - started:.3f}"})
 
@@ -79,9 +82,7 @@ class _SQLiteCursor(_PreparedCursor):
             query = self._converted[sql] = sql.replace("%s", "?")
         started = time.monotonic()
         self._raw.execute(query, params)
-        if self._conn.queries_logged:
-            self._conn.queries_log.append({"sql": f"{sql} -- params {list(params)!r}"[:10000],
-                                           "time": f"{time.monotonic() - started:.3f}"})
+        self._logged(sql, params, started, "sqlite3 cursor")
 
 
 @contextmanager
