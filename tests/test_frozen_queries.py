@@ -4,12 +4,14 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import IntegrityError, connection
 from django.db.models import F
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import journal
 from journal.driver import leases
-from journal.engine.history import load_journal
+from journal.engine.history import load_journal, load_run
 from journal.models import AgentPause, EventKind, Run, RunStatus, SessionEvent
 from journal.store import frozen
 from tests.agents import crashy  # noqa: F401 - registers the workflows these tests start
@@ -77,7 +79,10 @@ def test_update_writes_what_the_orm_writes_and_leaves_expressions_to_it():
     assert Run.objects.get(id=b).tokens == 5
 
 
-def test_start_writes_the_run_and_its_first_event_as_the_orm_did():
+@pytest.mark.parametrize("harness_exists", [False, True], ids=["first start of a version", "later starts"])
+def test_start_writes_the_run_and_its_first_event_as_the_orm_did(harness_exists):
+    if harness_exists:
+        assert not Run.objects.get(id=journal.start("twelve", 1, 0)).paused
     AgentPause.objects.create(agent="twelve", paused_by="ops", reason="maintenance")
     run_id = journal.start("twelve", 3, 0)
     run = Run.objects.get(id=run_id)
@@ -98,3 +103,48 @@ def test_load_journal_reads_what_the_orm_reads(drive):
     assert all(recorded[r["position"]]["payload"] == r["payload"] for r in rows)
     assert last == SessionEvent.objects.filter(run_id=run_id).count()
     assert load_journal(uuid.uuid4()) == ({}, {}, 0)
+
+
+def test_a_later_start_reads_once_and_writes_once():
+    """The harness row and the agent's pause in one SELECT; on PostgreSQL the run and its first event
+    in one statement (no BEGIN or COMMIT to wait for), elsewhere in one transaction."""
+    journal.start("twelve", 1, 0)  # the version's harness row exists from here on
+    with CaptureQueriesContext(connection) as queries:
+        journal.start("twelve", 2, 0)
+    statements = [q["sql"] for q in queries.captured_queries]
+    reads = [sql for sql in statements if sql.startswith("SELECT")]
+    assert len(reads) == 1 and "journal_harness" in reads[0] and "journal_agentpause" in reads[0]
+    writes = [sql for sql in statements if "INSERT" in sql]
+    if connection.vendor == "postgresql":
+        assert len(statements) == 2 and writes[0].startswith("WITH ") and writes[0].count("INSERT INTO") == 2
+    else:
+        assert len(writes) == 2
+
+
+def test_insert_all_writes_every_row_or_none():
+    run = Run(agent="twelve", input={"args": [], "kwargs": {}})
+    bad = SessionEvent(run_id=run.id, seq=-1, kind=EventKind.RUN_STARTED, payload={})  # seq >= 0 is checked
+    with pytest.raises(IntegrityError):
+        frozen.insert_all([run, bad])
+    assert not Run.objects.filter(id=run.id).exists()
+    good = SessionEvent(run_id=run.id, seq=1, kind=EventKind.RUN_STARTED, payload={"input": run.input})
+    frozen.insert_all([run, good])
+    assert Run.objects.get(id=run.id).input == run.input
+    assert list(SessionEvent.objects.filter(run_id=run.id).values_list("seq", "payload")) == [(1, {"input": run.input})]
+
+
+def test_load_run_reads_what_get_and_load_journal_read(drive):
+    fresh = journal.start("twelve", 4, 2)
+    with CaptureQueriesContext(connection) as queries:
+        run, recorded, markers, last = load_run(uuid.UUID(fresh))
+    assert len(queries.captured_queries) == 1  # a fresh run: its row and its journal's marks together
+    assert (recorded, markers, last) == ({}, {}, 1) == load_journal(fresh)
+    expected = Run.objects.get(id=fresh)
+    for field in Run._meta.concrete_fields:
+        assert getattr(run, field.attname) == getattr(expected, field.attname), field.attname
+    drive()
+    run, recorded, markers, last = load_run(uuid.UUID(fresh))
+    assert (recorded, markers, last) == load_journal(fresh) and len(recorded) > 0
+    assert run.status == RunStatus.COMPLETED and not run._state.adding
+    with pytest.raises(Run.DoesNotExist):
+        load_run(uuid.uuid4())

@@ -27,13 +27,13 @@ from journal.driver.saga import after_cancel, after_failure, compensate_run
 from journal.driver.settling import end_fields, settle_move
 from journal.engine import registry
 from journal.engine.checkpoints import edited_state
-from journal.engine.history import load_journal
+from journal.engine.history import load_run
 from journal.engine.protocol import span
 from journal.engine.restore import prepare_sandbox
 from journal.models import EventKind, Run, RunStatus, SessionEvent, TraceSpan
 from journal.primitives import approvals, children, waits
 from journal.primitives.context import Context, _current
-from journal.store import frozen, summaries
+from journal.store import summaries
 from journal.store.doorbell import notify
 from journal.store.errors import (
     Cancelled,
@@ -82,10 +82,9 @@ def drive(claim: Claim, worker_id: str, on_context: Callable[[Context | None], N
 
 
 def _drive_claimed(claim: Claim, worker_id: str, on_context: Callable[[Context | None], None] | None) -> str:
-    run = frozen.get(Run, claim.run_id)
+    run, recorded, markers, last_seq = load_run(claim.run_id)
     if run.epoch != claim.epoch:
         return "lost"
-    recorded, markers, last_seq = load_journal(run.id)
     writer = JournalWriter(run.id, claim.epoch, last_seq + 1, mode=run.durability)
     ctx = Context(run=run, writer=writer, recorded=recorded, markers=markers, worker_id=worker_id,
                   edited_state=edited_state(run))
@@ -204,8 +203,9 @@ def _settle(ctx: Context, status: str, event: str, payload: dict, *, also: Calla
             # The last of its group to end wakes its parent, in this same transaction.
             children.wake_parent(ctx.run.parent_id, ctx.run.concurrency_key)
 
+    alone = also is None and ctx.run.parent_id is None  # the move is all: the writer may fold it in
     try:
-        ctx.writer.record(event, payload, actor=ctx.worker_id, extra=commit)
+        ctx.writer.record(event, payload, actor=ctx.worker_id, extra=move if alone else commit)
     except LeaseLost:
         return "lost"
     return status

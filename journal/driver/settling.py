@@ -5,7 +5,6 @@ Shared by the executor and the saga, which both settle the run a worker holds.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from journal.models import RunStatus
@@ -22,8 +21,8 @@ def end_fields(ctx: Context) -> dict[str, Any]:
     return fields
 
 
-def settle_move(ctx: Context, target: str, **fields: Any) -> Callable[[], None]:
+def settle_move(ctx: Context, target: str, **fields: Any) -> runstate.FencedMove:
     """The fenced move from the status the claim left the run in, for ``writer.record(extra=...)``."""
     source = ctx.run.status if ctx.run.status == RunStatus.COMPENSATING else RunStatus.RUNNING
-    return lambda: runstate.move_fenced(ctx.run.id, ctx.epoch, target, cause=runstate.Cause.SETTLE,
-                                        sources=(source,), **fields)
+    return runstate.FencedMove(ctx.run.id, ctx.epoch, target, cause=runstate.Cause.SETTLE, sources=(source,),
+                               **fields)

@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Max, Q
+from django.db.models import Max, OuterRef, Q, Subquery
 from django.utils.dateparse import parse_datetime
 
 from journal.engine.checkpoints import checkpoint_for, decode_state, edited_state
@@ -45,6 +45,38 @@ _MARKS = frozen.FrozenQuery(
     .values("last", "retry"), run_id=frozen.SENTINEL_UUID)
 
 
+def _seq_of(events) -> Subquery:
+    return Subquery(events.order_by().values("run_id").annotate(m=Max("seq")).values("m")[:1])
+
+
+_RUN_FIELDS = tuple(f.attname for f in Run._meta.concrete_fields)
+# A claimed run's row with its journal's two marks (the last seq, the last operator retry's) as
+# scalar subqueries on the (run, seq) index: what a drive reads first, in one statement.
+_RUN_AND_MARKS = frozen.FrozenQuery(
+    Run, (*_RUN_FIELDS, "journal_last_seq", "journal_retry_seq"),
+    lambda _v, pk: Run._base_manager.filter(pk=pk).annotate(
+        journal_last_seq=_seq_of(SessionEvent.objects.filter(run_id=OuterRef("pk"))),
+        journal_retry_seq=_seq_of(SessionEvent.objects.filter(
+            run_id=OuterRef("pk"), kind=EventKind.OPERATOR_ACTION, payload__action="retry")),
+    ).values(*_RUN_FIELDS, "journal_last_seq", "journal_retry_seq"), pk=frozen.SENTINEL_UUID)
+
+
+def load_run(run_id) -> tuple[Run, dict, dict, int]:
+    """(the run, its records by position, its markers by position, the last seq) for a drive.
+
+    One statement for a fresh run, whose only event is ``run_started``; two for any other (its
+    positioned events follow). ``load_journal`` reads the same journal for a run already in hand.
+    """
+    rows = _RUN_AND_MARKS.rows(pk=run_id)
+    if not rows:
+        raise Run.DoesNotExist(f"Run matching query does not exist: {run_id}")
+    row = rows[0]
+    run = Run.from_db(Run.objects.db, _RUN_FIELDS, [row[name] for name in _RUN_FIELDS])
+    last_seq, retry_seq = row["journal_last_seq"] or 0, row["journal_retry_seq"] or 0
+    recorded, markers = _replayable(_POSITIONED.rows(run_id=run_id) if last_seq > 1 else [], retry_seq)
+    return run, recorded, markers, last_seq
+
+
 def load_journal(run_id) -> tuple[dict, dict, int]:
     """Return (records by position, wait/timer markers by position, last seq): what replay uses.
 
@@ -54,6 +86,12 @@ def load_journal(run_id) -> tuple[dict, dict, int]:
     rows = _POSITIONED.rows(run_id=run_id)
     marks = _MARKS.rows(run_id=run_id)
     retry_seq, last_seq = (marks[0]["retry"] or 0, marks[0]["last"] or 0) if marks else (0, 0)
+    recorded, markers = _replayable(rows, retry_seq)
+    return recorded, markers, last_seq
+
+
+def _replayable(rows: list[dict], retry_seq: int) -> tuple[dict, dict]:
+    """(records by position, markers by position) from a run's positioned events, as replay reads them."""
     recorded: dict[int, dict] = {}
     markers: dict[int, dict] = {}
     for row in rows:
@@ -65,7 +103,7 @@ def load_journal(run_id) -> tuple[dict, dict, int]:
             recorded[position] = {"seq": seq, "kind": kind, "step_name": step_name, "payload": payload}
         elif kind in MARKER_KINDS and seq > retry_seq:
             markers.setdefault(position, {})[kind] = payload
-    return recorded, markers, last_seq
+    return recorded, markers
 
 
 @dataclass

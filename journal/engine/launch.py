@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from django.db import transaction
+from django.db.models import Subquery
 
 from journal.engine import registry
 from journal.models import AgentPause, EventKind, Harness, Run, SessionEvent
@@ -29,19 +29,30 @@ def _workflow_name(workflow: str | Callable[..., Any]) -> str:
     return defn.name
 
 
-_HARNESS = frozen.FrozenQuery(
-    Harness, ("id",), lambda _v, name, version, fingerprint: Harness.objects.filter(
-        name=name, version=version, fingerprint=fingerprint).order_by().values("id")[:1],
-    name="\u27e6name\u27e7", version="\u27e6version\u27e7", fingerprint="\u27e6fingerprint\u27e7")
-_FROZEN = frozen.FrozenQuery(
-    AgentPause, ("paused_by", "reason"), lambda _v, agent: AgentPause.objects.filter(agent=agent).order_by("pk")
-    .values("paused_by", "reason")[:1], agent="\u27e6agent\u27e7")
+def _pause(agent: str, column: str) -> Subquery:
+    return Subquery(AgentPause.objects.filter(agent=agent).order_by("pk").values(column)[:1])
 
 
-def harness_id_for(defn: registry.WorkflowDef) -> int:
-    """The id of the workflow version's harness row: one compiled SELECT once it exists."""
-    found = _HARNESS.rows(name=defn.name, version=defn.version, fingerprint=defn.fingerprint)
-    return found[0]["id"] if found else harness_for(defn).id
+# What a start reads, in one compiled SELECT: the version's harness row and whether an operator
+# paused the agent (AgentPause), its pause as two scalar subqueries beside the harness's id.
+_START = frozen.FrozenQuery(
+    Harness, ("id", "paused_by", "pause_reason"), lambda _v, name, version, fingerprint, agent: Harness.objects
+    .filter(name=name, version=version, fingerprint=fingerprint).order_by()
+    .annotate(paused_by=_pause(agent, "paused_by"), pause_reason=_pause(agent, "reason"))
+    .values("id", "paused_by", "pause_reason")[:1],
+    name="\u27e6name\u27e7", version="\u27e6version\u27e7", fingerprint="\u27e6fingerprint\u27e7",
+    agent="\u27e6agent\u27e7")
+
+
+def _harness_and_pause(defn: registry.WorkflowDef) -> tuple[int, dict | None]:
+    """(the harness row's id, the agent's pause or None): one SELECT once the harness row exists."""
+    found = _START.rows(name=defn.name, version=defn.version, fingerprint=defn.fingerprint, agent=defn.name)
+    if found:
+        row = found[0]
+        return row["id"], ({"paused_by": row["paused_by"], "reason": row["pause_reason"]}
+                           if row["paused_by"] is not None else None)
+    pause = AgentPause.objects.filter(agent=defn.name).order_by("pk").values("paused_by", "reason").first()
+    return harness_for(defn).id, pause
 
 
 def harness_for(defn: registry.WorkflowDef) -> Harness:
@@ -86,11 +97,10 @@ def start_run(workflow: str | Callable[..., Any], args: tuple | list = (), kwarg
         raise BadArgumentsError(f"durability must be one of {registry.DURABILITY_MODES}")
     if checkpoint is not None and checkpoint not in registry.CHECKPOINT_POLICIES:
         raise BadArgumentsError(f"checkpoint must be one of {registry.CHECKPOINT_POLICIES}")
-    harness_id = harness_id_for(defn)
-    freeze = _FROZEN.rows(agent=defn.name)
+    harness_id, pause = _harness_and_pause(defn)
     run = Run(
-        **({"paused": True, "paused_by": freeze[0]["paused_by"],
-            "pause_reason": f"agent paused: {freeze[0]['reason']}"} if freeze else {}),
+        **({"paused": True, "paused_by": pause["paused_by"], "pause_reason": f"agent paused: {pause['reason']}"}
+           if pause else {}),
         **({"id": run_id} if run_id else {}),  # a parent records its child's id before creating it
         agent=defn.name, harness_id=harness_id, version=defn.version, fingerprint=defn.fingerprint,
         input=run_input, durability=durability or defn.durability,
@@ -99,8 +109,6 @@ def start_run(workflow: str | Callable[..., Any], args: tuple | list = (), kwarg
     )
     started = SessionEvent(run_id=run.id, seq=1, kind=EventKind.RUN_STARTED, actor=actor,
                            payload={"input": run_input, "version": defn.version, "fingerprint": defn.fingerprint})
-    with transaction.atomic():  # two compiled INSERTs: the run and its first event, or neither
-        frozen.insert(run)
-        frozen.insert(started)
-        notify(run.id)
+    frozen.insert_all([run, started])  # the run and its first event, or neither (one statement on PostgreSQL)
+    notify(run.id)  # once the rows are committed (Django's on_commit: at once outside a transaction)
     return str(run.id)

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import FieldDoesNotExist
-from django.db import connection, models
+from django.db import connection, models, transaction
 from django.db.models.expressions import Combinable
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -152,15 +152,15 @@ def _columns(model: type[models.Model], names: Iterable[str]) -> list[models.Fie
     return [model._meta.get_field(name) for name in names]
 
 
-def update(queryset: models.QuerySet, where: dict[str, Any], values: dict[str, Any]) -> int:
-    """``queryset.filter(**where).update(**values)`` with its SQL cached per shape.
-
-    ``where`` holds equalities and ``__in`` lists; a value that is an expression (``F("tokens") + n``)
-    or any other lookup sends the call to the ORM unchanged."""
+def update_statement(queryset: models.QuerySet, where: dict[str, Any], values: dict[str, Any]
+                     ) -> tuple[str, list] | None:
+    """The SQL and parameters of ``queryset.filter(**where).update(**values)``, its SQL cached per shape,
+    or None when the ORM must build it: a value that is an expression (``F("tokens") + n``) or a
+    lookup other than equality and ``__in``. Each value is prepared by its field as the ORM would."""
     model = queryset.model
     if any(isinstance(v, Combinable) for v in values.values()) or any(
             "__" in key and not key.endswith("__in") for key in where):
-        return queryset.filter(**where).update(**values)
+        return None
     shape = ("update", connection.vendor, model, tuple(values),
              tuple((key, len(v) if key.endswith("__in") else None) for key, v in where.items()))
     sql = _SQL.get(shape)
@@ -181,9 +181,70 @@ def update(queryset: models.QuerySet, where: dict[str, Any], values: dict[str, A
             params += [f.get_db_prep_value(item, connection) for item in v]
         else:
             params.append(f.get_db_prep_value(v, connection))
+    return sql, params
+
+
+def update(queryset: models.QuerySet, where: dict[str, Any], values: dict[str, Any]) -> int:
+    """``queryset.filter(**where).update(**values)`` with its SQL cached per shape (``update_statement``);
+    what that leaves to the ORM goes through the ORM unchanged."""
+    statement = update_statement(queryset, where, values)
+    if statement is None:
+        return queryset.filter(**where).update(**values)
     with prepared.cursor() as cursor:  # PostgreSQL: planned once per connection
-        cursor.execute(sql, params)
+        cursor.execute(*statement)
         return cursor.rowcount
+
+
+def _insert_parts(obj: models.Model) -> tuple[bool, str, list]:
+    """(whether the database assigns the key, the cached INSERT without RETURNING, its parameters)."""
+    model = type(obj)
+    pk = model._meta.pk
+    # An auto-incremented key the database assigns is left out, as the ORM leaves it out.
+    auto = isinstance(pk, models.AutoField | models.BigAutoField | models.SmallAutoField) and obj.pk is None
+    shape = ("insert", connection.vendor, model, auto)
+    cached = _SQL.get(shape)
+    if cached is None:
+        fields = [f for f in model._meta.concrete_fields if not f.generated and not (auto and f is pk)]
+        qn = connection.ops.quote_name
+        sql = (f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+               f"VALUES ({', '.join(['%s'] * len(fields))})")
+        with _LOCK:
+            cached = _SQL[shape] = (sql, fields)
+    sql, fields = cached
+    return auto, sql, [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+
+
+def _inserted(obj: models.Model) -> None:
+    obj._state.adding = False
+    obj._state.db = connection.alias
+
+
+def insert_all(objs: Sequence[models.Model]) -> None:
+    """Insert rows of several models, all or none, keys chosen by the caller (or left to the database
+    and not read back).
+
+    On PostgreSQL it is one statement, every INSERT but the last in a data-modifying ``WITH``: a
+    statement is atomic on its own, so there is no BEGIN and COMMIT to wait for (two of a run's
+    start's four round trips). A foreign key between the rows holds, because the engine's keys are
+    checked at the end of the statement or the transaction. Elsewhere it is one transaction.
+    Inside a caller's transaction either form simply joins it."""
+    parts = [_insert_parts(obj) for obj in objs]
+    if connection.vendor != "postgresql":
+        with transaction.atomic(), prepared.cursor() as cursor:
+            for _auto, sql, params in parts:
+                cursor.execute(sql, params)
+    else:
+        shape = ("insert_all", tuple(sql for _a, sql, _p in parts))
+        statement = _SQL.get(shape)
+        if statement is None:
+            heads = ", ".join(f"_w{i} AS ({sql})" for i, (_a, sql, _p) in enumerate(parts[:-1]))
+            statement = f"WITH {heads} {parts[-1][1]}" if heads else parts[-1][1]
+            with _LOCK:
+                _SQL[shape] = statement
+        with prepared.cursor() as cursor:  # planned once per connection
+            cursor.execute(statement, [value for _a, _s, params in parts for value in params])
+    for obj in objs:
+        _inserted(obj)
 
 
 def insert(obj: models.Model) -> models.Model:
@@ -191,27 +252,14 @@ def insert(obj: models.Model) -> models.Model:
 
     Each value is prepared by its field as ``save`` prepares it (``pre_save``, then ``get_db_prep_save``).
     Sends no model signals: only for the engine's own rows, which no receiver listens to on save."""
-    model = type(obj)
-    pk = model._meta.pk
-    # An auto-incremented key the database assigns is left out, as the ORM leaves it out.
-    auto = isinstance(pk, models.AutoField | models.BigAutoField | models.SmallAutoField) and obj.pk is None
-    fields = [f for f in model._meta.concrete_fields if not f.generated and not (auto and f is pk)]
-    shape = ("insert", connection.vendor, model, auto)
-    sql = _SQL.get(shape)
-    if sql is None:
-        qn = connection.ops.quote_name
-        sql = (f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
-               f"VALUES ({', '.join(['%s'] * len(fields))})")
-        if auto and connection.features.can_return_columns_from_insert:
-            sql += f" RETURNING {qn(pk.column)}"
-        with _LOCK:
-            _SQL[shape] = sql
-    params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    auto, sql, params = _insert_parts(obj)
+    pk = type(obj)._meta.pk
+    if auto and connection.features.can_return_columns_from_insert:
+        sql += f" RETURNING {connection.ops.quote_name(pk.column)}"
     with prepared.cursor() as cursor:  # PostgreSQL: planned once per connection
         cursor.execute(sql, params)
         if auto:
             returned = sql.endswith(f"RETURNING {connection.ops.quote_name(pk.column)}")
             setattr(obj, pk.attname, cursor.fetchone()[0] if returned else cursor.lastrowid)
-    obj._state.adding = False
-    obj._state.db = connection.alias
+    _inserted(obj)
     return obj

@@ -138,13 +138,35 @@ def move(run_id, target: str, *, cause: Cause, sources: Iterable[str], at_epoch:
     return moved
 
 
+class FencedMove:
+    """The driving worker's move, fenced by its claim's epoch, as a value the journal writer runs.
+
+    Called inside the writer's transaction it is one UPDATE (LeaseLost if another worker took the
+    run). On PostgreSQL the writer can instead fold ``statement()`` into the journal write itself
+    (``UPDATE … RETURNING`` in a ``WITH``, the events inserted only if it matched): a run's last
+    write is then one statement and one round trip, not BEGIN, INSERT, UPDATE and COMMIT.
+    """
+
+    __slots__ = ("run_id", "where", "values")
+
+    def __init__(self, run_id, epoch: int, target: str, *, cause: Cause, sources: Iterable[str], **fields: Any):
+        sources = check(sources, target, cause)
+        self.run_id = run_id
+        self.where = {"id": run_id, "epoch": epoch, "status__in": sources}
+        self.values = {"status": target, **_suspension_fields(target, sources, fields)}
+
+    def __call__(self) -> None:
+        if frozen.update(Run.objects, self.where, self.values) != 1:
+            raise LeaseLost(f"run {self.run_id} was claimed by another worker")
+
+    def statement(self) -> tuple[str, list] | None:
+        """The UPDATE's SQL and parameters, or None when only the ORM can write it (an F expression)."""
+        return frozen.update_statement(Run.objects, self.where, self.values)
+
+
 def move_fenced(run_id, epoch: int, target: str, *, cause: Cause, sources: Iterable[str], **fields: Any) -> None:
     """The driving worker's move: fenced by its claim's epoch; LeaseLost if another worker took the run."""
-    sources = check(sources, target, cause)
-    fields = _suspension_fields(target, sources, fields)
-    if frozen.update(Run.objects, {"id": run_id, "epoch": epoch, "status__in": sources},
-                     {"status": target, **fields}) != 1:
-        raise LeaseLost(f"run {run_id} was claimed by another worker")
+    FencedMove(run_id, epoch, target, cause=cause, sources=sources, **fields)()
 
 
 def _suspension_fields(target: str, sources: tuple[str, ...], fields: dict[str, Any]) -> dict[str, Any]:

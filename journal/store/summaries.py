@@ -15,10 +15,15 @@ def record_step_names(run_id: uuid.UUID | str, names: Iterable[str], *, failed: 
     """Note that the run recorded these step names (each with its dotted tails); repeats are ignored
     by the unique index (``ON CONFLICT DO NOTHING`` / ``INSERT OR IGNORE``), so a resumed run may say
     them again at no cost but a statement."""
-    keys = {key for name in names if name for key in step_name_keys(name)}
+    keys = step_keys(names)
     if keys:
-        RunStep.objects.bulk_create([RunStep(run_id=run_id, name=key, failed=failed) for key in sorted(keys)],
+        RunStep.objects.bulk_create([RunStep(run_id=run_id, name=key, failed=failed) for key in keys],
                                     ignore_conflicts=True)
+
+
+def step_keys(names: Iterable[str]) -> list[str]:
+    """The summary rows' names for these step names: each with its dotted tails, sorted, once."""
+    return sorted({key for name in names if name for key in step_name_keys(name)})
 
 
 def record_failed_step(run_id: uuid.UUID | str, name: str) -> None:

@@ -30,10 +30,10 @@ from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connection
 from django.utils import timezone
 
 from journal.models import EventKind, Run, SessionEvent
-from journal.store import faults, groupcommit, outage, prepared
+from journal.store import faults, groupcommit, outage, prepared, runstate
 from journal.store.errors import DatabaseUnavailable, LeaseLost
 from journal.store.serialization import storable_json, storable_text
-from journal.store.summaries import record_step_names
+from journal.store.summaries import record_step_names, step_keys
 
 log = logging.getLogger(__name__)
 
@@ -313,6 +313,9 @@ class JournalWriter:
         if len(batch) == 1 and not span_batch and extra is None and not names:
             committing[0] = True  # autocommit: the statement is its commit
             fenced_append(self.run_id, self.epoch, batch)  # one statement, one commit
+        elif (move := _foldable(extra, batch, span_batch)) is not None:
+            committing[0] = True  # one statement again: the move or the fence, the spans, names and rows
+            _append_together(self.run_id, self.epoch, batch, span_batch, names, move or None)
         else:
             with transaction.atomic():
                 if batch:
@@ -496,6 +499,92 @@ def _insert_spans(run_id: uuid.UUID, spans: list[dict]) -> None:
         rows.append(row)
     with connection.cursor() as cursor:
         cursor.executemany(sql, rows)
+
+
+FOLD_ROWS = 8  # a write carrying at most this many rows may be one statement (PostgreSQL)
+
+
+def _foldable(extra: Callable[[], None] | None, batch: list[Entry], spans: list[dict]) -> tuple[str, list] | None:
+    """Whether PostgreSQL can take this write as one statement (``_append_together``): its extra is
+    nothing or the driving worker's fenced move. Returns the move's UPDATE, ``()`` for a write
+    without one, None for a write that needs its transaction."""
+    if not batch or len(batch) > FOLD_ROWS or len(spans) > SPAN_BATCH or connection.vendor != "postgresql":
+        return None
+    if extra is None:
+        return ()
+    if isinstance(extra, runstate.FencedMove):
+        return extra.statement()
+    return None
+
+
+_SPAN_TYPES = {"span_id": "varchar", "parent_span_id": "varchar", "name": "varchar", "kind": "varchar",
+               "position": "integer", "attempt": "integer", "status": "varchar", "error": "text",
+               "started_at": "timestamptz", "ended_at": "timestamptz", "duration_ms": "double precision",
+               "model": "varchar", "tokens_in": "integer", "tokens_out": "integer", "cost": "numeric",
+               "attributes": "jsonb"}
+_TOGETHER_SQL: dict[tuple, str] = {}
+_GATE = "EXISTS (SELECT 1 FROM gate)"
+
+
+def _append_together(run_id: uuid.UUID, epoch: int, entries: list[Entry], spans: list[dict], names: list[str],
+                     move: tuple[str, list] | None) -> None:
+    """PostgreSQL: a write that would be a transaction of several statements, as one statement.
+
+    The first leg of a ``WITH`` is the gate: the run's fenced move (``UPDATE … RETURNING 1``), or
+    without one the fence itself (the run's row at our epoch, ``FOR SHARE``, read once). Every
+    INSERT (the trace spans, the step names new to the search summary, the journal rows) keeps its
+    rows only if the gate let one through, so it is all or none, as the transaction it replaces
+    was, and one round trip where that took four or five (BEGIN, the INSERTs, the UPDATE, COMMIT).
+    A move's UPDATE holds the row lock, stronger than the append's share lock. The spans travel
+    as one JSON array, so one prepared statement serves any number of them."""
+    keys = step_keys(names)
+    shape = (move[0] if move else None, len(entries), bool(spans), len(keys))
+    sql = _TOGETHER_SQL.get(shape)
+    if sql is None:
+        legs = [f"gate AS ({move[0]} RETURNING 1)" if move else
+                "gate AS (SELECT 1 FROM journal_run WHERE id = %s AND epoch = %s FOR SHARE)"]
+        if spans:
+            cols = ", ".join(_SPAN_COLS)
+            typed = ", ".join(f"{col} {kind}" for col, kind in _SPAN_TYPES.items())
+            legs.append(f"traced AS (INSERT INTO journal_tracespan (run_id, {cols}) SELECT %s::uuid, {cols} "
+                        f"FROM jsonb_to_recordset(%s::jsonb) AS s({typed}) WHERE {_GATE})")
+        if keys:
+            named = ", ".join(["(%s::uuid, %s::varchar, false)"] * len(keys))
+            legs.append(f"named AS (INSERT INTO journal_runstep (run_id, name, failed) SELECT * FROM "
+                        f"(VALUES {named}) AS n WHERE {_GATE} ON CONFLICT DO NOTHING)")
+        sql = _TOGETHER_SQL[shape] = (
+            f"WITH {', '.join(legs)} INSERT INTO journal_sessionevent ({_COLS}) SELECT * FROM "
+            f"(VALUES {', '.join([_PG_ROW] * len(entries))}) AS v WHERE {_GATE}")
+    params = list(move[1]) if move else [run_id, epoch]
+    if spans:
+        params += [run_id, _spans_json(spans)]
+    for key in keys:
+        params += [run_id, key]
+    for e in entries:
+        params += [run_id, e.seq, e.kind, e.position, e.step_name, e.payload, e.actor, e.created_at]
+    with prepared.cursor() as cursor:
+        cursor.execute(sql, params)
+        if cursor.rowcount != len(entries):
+            raise LeaseLost(f"run {run_id} was claimed by another worker (epoch {epoch} is stale)")
+
+
+def _spans_json(spans: list[dict]) -> str:
+    """Spans as one JSON array of records, stored as ``_insert_spans`` stores them (a NUL or a lone
+    surrogate in a name or an error becomes its escape as text)."""
+    records = []
+    for span in spans:
+        record = {}
+        for col in _SPAN_COLS:
+            value = span.get(col, _SPAN_DEFAULTS.get(col))
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif col == "attributes":
+                value = value or {}
+            elif col == "cost":
+                value = str(value or 0)
+            record[col] = value
+        records.append(record)
+    return storable_json(json.dumps(records, separators=(",", ":"), default=str))
 
 
 def _tell_listeners(run_id: uuid.UUID, spans: list[dict]) -> None:
