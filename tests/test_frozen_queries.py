@@ -4,7 +4,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import IntegrityError, connection
+from django.db import IntegrityError, connection, connections
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -148,3 +148,25 @@ def test_load_run_reads_what_get_and_load_journal_read(drive):
     assert run.status == RunStatus.COMPLETED and not run._state.adding
     with pytest.raises(Run.DoesNotExist):
         load_run(uuid.uuid4())
+
+
+def test_values_are_prepared_for_the_database_exactly_as_their_fields_prepare_them(drive):
+    run_id = journal.start("twelve", 2, 0)
+    drive()
+    conn = connections["default"]
+    run = Run.objects.get(id=run_id)
+    rows = [run, *SessionEvent.objects.filter(run_id=run_id)]
+    checked = 0
+    for obj in rows:
+        for field in type(obj)._meta.concrete_fields:
+            for value in (getattr(obj, field.attname), None):
+                if value is None and not field.null:
+                    continue
+                ours, django = frozen._prepared_for_save(field, value, conn), field.get_db_prep_save(value, conn)
+                assert getattr(ours, "obj", ours) == getattr(django, "obj", django), field  # psycopg's Jsonb wraps
+                checked += 1
+    assert checked > 40
+    tokens, name = Run._meta.get_field("tokens"), Run._meta.get_field("agent")
+    assert frozen._prepared_for_save(tokens, True, conn) == tokens.get_db_prep_save(True, conn)  # a bool is no int
+    assert frozen._prepared_for_save(name, 7, conn) == "7"  # another type goes through the field
+    assert frozen._prepared_for_lookup(tokens, 3, conn) == 3

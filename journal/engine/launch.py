@@ -6,7 +6,6 @@ Below the primitives so that a parent's child start (``ctx.child``) and an opera
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -89,7 +88,7 @@ def start_run(workflow: str | Callable[..., Any], args: tuple | list = (), kwarg
         subject = Run.objects.filter(id=parent_id).values_list("subject", flat=True).first() or ""
     defn = registry.get_workflow(_workflow_name(workflow))
     try:
-        inspect.signature(defn.fn).bind(None, *args, **kwargs)
+        defn.signature.bind(None, *args, **kwargs)
     except TypeError as exc:
         raise BadArgumentsError(f"bad arguments for agent {defn.name!r}: {exc}") from None
     run_input = to_json({"args": list(args), "kwargs": kwargs}, what=f"the input of agent {defn.name}")

@@ -6,6 +6,7 @@ import hashlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from journal.store.errors import UnknownAgentError, WorkflowDefinitionError
@@ -44,6 +45,11 @@ class WorkflowDef:
     module: str = ""
     max_concurrency: int | None = None  # per-agent limit on running runs
     options: dict = field(default_factory=dict)
+
+    @cached_property
+    def signature(self) -> inspect.Signature:
+        """The function's signature, computed once: every start checks its arguments against it."""
+        return inspect.signature(self.fn)
 
 
 _workflows: dict[str, WorkflowDef] = {}
