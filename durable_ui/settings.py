@@ -81,6 +81,9 @@ TEMPLATES = [
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Django's backend, with this process's writers queued on a lock instead of SQLite's sleeping busy
+    # handler (journal/store/sqlite_backend/base.py says what that saves).
+    DATABASES["default"]["ENGINE"] = "journal.store.sqlite_backend"
     DATABASES["default"]["OPTIONS"] = {
         "timeout": env_int("DURABLE_SQLITE_TIMEOUT", 30, minimum=1),
         "transaction_mode": "IMMEDIATE",

@@ -26,6 +26,8 @@ from typing import Any
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 
+from journal.store.sqlite_backend.base import is_write
+
 PSYCOPG_DEFAULT_THRESHOLD = 5  # what psycopg uses when Django does not switch preparing off
 
 
@@ -81,7 +83,15 @@ class _SQLiteCursor(_PreparedCursor):
         if query is None:
             query = self._converted[sql] = sql.replace("%s", "?")
         started = time.monotonic()
-        self._raw.execute(query, params)
+        queued = getattr(self._conn, "queued", None)  # this process's writers, one at a time (sqlite_backend)
+        if queued is None or self._raw.connection.in_transaction or not is_write(sql):
+            self._raw.execute(query, params)
+        else:
+            queued.acquire()
+            try:
+                self._raw.execute(query, params)
+            finally:
+                queued.release()
         self._logged(sql, params, started, "sqlite3 cursor")
 
 

@@ -1,0 +1,107 @@
+"""SQLite: this process's writers queue on a lock of their own (journal/store/sqlite_backend), not in
+SQLite's sleeping busy handler; the lock goes with the transaction however it ends."""
+
+import threading
+
+import pytest
+from django.db import connection, connections, transaction
+
+import journal
+from journal.models import Run
+from journal.store import frozen
+from journal.store.sqlite_backend import base as backend
+from tests.agents import crashy  # noqa: F401 - registers "twelve"
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _sqlite_only():
+    if connection.vendor != "sqlite":
+        pytest.skip("the SQLite backend's writer queue")
+
+
+def _in_thread(fn, errors: list) -> threading.Thread:
+    def target():
+        try:
+            connections["default"].ensure_connection()
+            connections["default"].queued.timeout = 5  # a lock left behind fails the test in seconds
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - the test reads what each thread met
+            errors.append(exc)
+        finally:
+            connections.close_all()
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread
+
+
+@pytest.fixture
+def waits(monkeypatch) -> list:
+    """Records each writer that found the lock taken and queued behind it."""
+    queued: list = []
+    acquire = backend._Queued.acquire
+
+    def counting(self):
+        if not self.lock.acquire(blocking=False):
+            queued.append(threading.get_ident())
+            return acquire(self)
+        return None
+
+    monkeypatch.setattr(backend._Queued, "acquire", counting)
+    return queued
+
+
+def test_a_writer_waits_in_this_process_for_the_transaction_before_it(waits):
+    run_id = journal.start("twelve")
+    inside, done, order, errors = threading.Event(), threading.Event(), [], []
+
+    def holder():
+        with transaction.atomic():
+            Run.objects.filter(id=run_id).update(created_by="first")
+            inside.set()
+            done.wait(0.3)  # the other writer arrives meanwhile
+            order.append("first committed")
+
+    def follower():
+        inside.wait(5)
+        frozen.update(Run.objects, {"id": run_id}, {"created_by": "second"})  # an autocommit write
+        order.append("second written")
+        Run.objects.filter(id=run_id).update(progress={"done": 1})  # and one through Django's cursor
+
+    threads = [_in_thread(holder, errors), _in_thread(follower, errors)]
+    for t in threads:
+        t.join(10)
+    assert errors == [] and order == ["first committed", "second written"]
+    assert len(waits) >= 1  # the follower queued on the lock, not in SQLite's busy handler
+    run = Run.objects.get(id=run_id)
+    assert (run.created_by, run.progress) == ("second", {"done": 1})
+
+
+@pytest.mark.parametrize("end", ["rollback", "close"])
+def test_the_lock_goes_with_a_transaction_that_rolls_back_or_whose_connection_closes(end):
+    run_id = journal.start("twelve")
+    errors: list = []
+
+    def abandon():
+        if end == "rollback":
+            with pytest.raises(ZeroDivisionError), transaction.atomic():
+                Run.objects.filter(id=run_id).update(created_by="rolled back")
+                1 / 0
+        else:
+            transaction.atomic().__enter__()  # never exited: the connection closes under it
+            Run.objects.filter(id=run_id).update(created_by="closed")
+            connections["default"].close()
+
+    first = _in_thread(abandon, errors)
+    first.join(10)
+    later = _in_thread(lambda: Run.objects.filter(id=run_id).update(created_by="later"), errors)
+    later.join(10)
+    assert errors == []
+    assert Run.objects.get(id=run_id).created_by == "later"
+
+
+def test_reads_take_no_lock():
+    assert not backend.is_write("SELECT 1") and not backend.is_write("  select * from x")
+    assert not backend.is_write("PRAGMA journal_mode")
+    assert backend.is_write("INSERT INTO x VALUES (1)") and backend.is_write("BEGIN IMMEDIATE")
