@@ -18,7 +18,7 @@ from journal.driver.executor import Claim
 from journal.engine import registry
 from journal.models import Run, RunStatus
 from journal.models.run import lease_seconds
-from journal.store import faults, frozen, runstate
+from journal.store import faults, frozen, prepared, runstate
 
 
 def _take(row: dict, worker_id: str, ttl: int, **filters) -> bool:
@@ -119,6 +119,8 @@ def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None
     one = run_id is not None
     claims: list[Claim] = []
     if connection.vendor == "postgresql":
+        if (one or limit == 1) and not _agent_limits():
+            return _claim_one(worker_id, ttl, now, run_id)
         with transaction.atomic():
             rows = _CANDIDATES.rows((one, limit * 2, True), now=now, **({"run_id": run_id} if one else {}))
             for row in _eligible(rows):
@@ -133,6 +135,26 @@ def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None
         if _take(row, worker_id, ttl, epoch=row["epoch"], lease_owner=row["lease_owner"]):
             claims.append(_to_claim(row, now))
     return claims
+
+
+def _agent_limits() -> bool:
+    return any(defn.max_concurrency for defn in registry.workflows().values())
+
+
+def _claim_one(worker_id: str, ttl: int, now, run_id) -> list[Claim]:
+    """PostgreSQL, one run: the candidate locked and moved in one statement (``runstate.claim_statement``).
+
+    What ``_eligible`` would decide needs no Python here: no agent has a limit, and a fan-out group
+    the candidate query lets through is below its limit, so it has room for one more."""
+    one = run_id is not None
+    candidates = _CANDIDATES.statement((one, 1, True), now=now, **({"run_id": run_id} if one else {}))
+    moved = timezone.now()  # stamped after nothing was read, as _take stamps it after the reads
+    sql, params = runstate.claim_statement(candidates, lease_owner=worker_id,
+                                           lease_expires_at=moved + timedelta(seconds=ttl), now=moved)
+    with prepared.cursor(False) as cursor:  # planned for its values: they pick the partial indexes
+        cursor.execute(sql, params)
+        rows = _CANDIDATES.convert(cursor.fetchall())
+    return [_to_claim(row, now) for row in rows]
 
 
 def _eligible(rows: list[dict]):

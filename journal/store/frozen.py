@@ -64,7 +64,11 @@ class FrozenQuery:
 
     def _compile(self, variant: Hashable, needed: Iterable[str]) -> tuple[str, list]:
         qs = self.build(variant, **self.sentinels)
-        sql, params = qs.query.get_compiler(using=qs.db).as_sql()
+        if qs.query.select_for_update:  # Django compiles a locking query only inside a transaction (no SQL runs)
+            with transaction.atomic(using=qs.db):
+                sql, params = qs.query.get_compiler(using=qs.db).as_sql()
+        else:
+            sql, params = qs.query.get_compiler(using=qs.db).as_sql()
         slots: list = []
         marks = {name: (_adapter(value), value) for name, value in self.sentinels.items()}
         prepared = {name: adapt(value) for name, (adapt, value) in marks.items()}
@@ -77,16 +81,23 @@ class FrozenQuery:
             raise ValueError(f"{self.model.__name__} query left out {sorted(missing)}")
         return sql, slots
 
-    def rows(self, variant: Hashable = None, **values: Any) -> list[dict]:
+    def statement(self, variant: Hashable = None, **values: Any) -> tuple[str, list]:
+        """The compiled SQL and its parameters with these values, for a caller that builds on it."""
         key = (connection.vendor, variant)
         compiled = self._compiled.get(key)
         if compiled is None:
             compiled = self._compiled[key] = self._compile(variant, values)
         sql, slots = compiled
-        params = [adapt(values[slot]) if slot else adapt for slot, adapt in slots]
+        return sql, [adapt(values[slot]) if slot else adapt for slot, adapt in slots]
+
+    def rows(self, variant: Hashable = None, **values: Any) -> list[dict]:
+        sql, params = self.statement(variant, **values)
         with prepared.cursor(self.prepare) as cursor:  # PostgreSQL: bound, and planned once unless told not to
             cursor.execute(sql, params)
-            fetched = cursor.fetchall()
+            return self.convert(cursor.fetchall())
+
+    def convert(self, fetched: Iterable[Sequence]) -> list[dict]:
+        """Rows of this query's columns as the ORM would give them (a caller's own statement may return them)."""
         fields, convert = self.fields, self._convert
         return [{name: conv(value) for name, conv, value in zip(fields, convert, row, strict=True)}
                 for row in fetched]

@@ -76,15 +76,17 @@ class _SQLiteCursor(_PreparedCursor):
     placeholders converted once (Django's wrapper rewrites %s to ? with a regex on every execute); the
     sqlite3 module keeps the compiled statement in its cache by text."""
 
-    _converted: dict[str, str] = {}
+    _converted: dict[str, tuple[str, bool]] = {}
 
     def execute(self, sql: str, params: Sequence[Any]) -> None:
-        query = self._converted.get(sql)
-        if query is None:
-            query = self._converted[sql] = sql.replace("%s", "?")
+        converted = self._converted.get(sql)
+        if converted is None:
+            converted = self._converted[sql] = (sql.replace("%s", "?"), is_write(sql))
+        query, write = converted
         started = time.monotonic()
-        queued = getattr(self._conn, "queued", None)  # this process's writers, one at a time (sqlite_backend)
-        if queued is None or self._raw.connection.in_transaction or not is_write(sql):
+        # A write outside a transaction queues behind this process's other writers (sqlite_backend).
+        queued = getattr(self._conn, "queued", None) if write and not self._raw.connection.in_transaction else None
+        if queued is None:
             self._raw.execute(query, params)
         else:
             queued.acquire()
