@@ -92,10 +92,13 @@ def test_on_sqlite_the_append_uses_sqlites_own_cursor_kept_for_the_connection_an
 def test_the_claim_is_planned_for_its_values_and_the_run_lookups_are_prepared():
     connection.close()
     for _ in range(7):  # past psycopg's threshold: a statement that could be prepared would be by now
-        [claim] = leases.claim("w", 1, run_id=journal.start("twelve"))
+        [claim] = leases.claim("w", 1, run_id=journal.start("twelve"))  # one run: one statement
         leases.claim("w", 1)  # the candidates query without a run id
+        journal.start("twelve"), journal.start("twelve")
+        assert len(leases.claim("w", 2)) == 2  # two: the candidates, then each one's move, in a transaction
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         statements = [row[0] for row in cursor.fetchall()]
-    assert any(s.startswith("UPDATE") and "journal_run" in s for s in statements)  # the claim's move
+    assert any(s.startswith("UPDATE") and "journal_run" in s for s in statements)  # the move: prepared
+    assert any(s.startswith("SELECT") and "journal_harness" in s for s in statements)  # a start's lookup too
     assert not any("FOR UPDATE" in s or "SKIP LOCKED" in s for s in statements)  # the candidates: not
