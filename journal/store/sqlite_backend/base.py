@@ -8,9 +8,10 @@ runs went slower than one (135-145 runs/s against 190, measured with bench/peers
 Here every write of this process first takes a lock per database file: a transaction from its
 ``BEGIN IMMEDIATE`` to its commit or rollback (or the connection's close), a write outside a
 transaction for its statement. A waiting thread then wakes the moment the writer before it is done.
-The lock is taken before SQLite's, never while holding it, so the two cannot deadlock; it waits
-no longer than the connection's ``timeout``, then fails as SQLite would ("database is locked").
-Other processes still meet on SQLite's own lock, as before. Readers take nothing (WAL).
+The lock is taken before SQLite's, never while holding it, so the two cannot deadlock. A writer
+waits for it at most the connection's ``timeout`` and then fails as SQLite would ("database is
+locked"); once it holds it, other processes' writers are met on SQLite's own lock, with SQLite's
+own wait, as before. Readers take nothing (WAL).
 """
 
 from __future__ import annotations
