@@ -9,6 +9,7 @@ from django.db import connection, connections, transaction
 import journal
 from journal.models import Run
 from journal.store import frozen
+from journal.store.outage import is_database_outage
 from journal.store.sqlite_backend import base as backend
 from tests.agents import crashy  # noqa: F401 - registers "twelve"
 
@@ -105,3 +106,33 @@ def test_reads_take_no_lock():
     assert not backend.is_write("SELECT 1") and not backend.is_write("  select * from x")
     assert not backend.is_write("PRAGMA journal_mode")
     assert backend.is_write("INSERT INTO x VALUES (1)") and backend.is_write("BEGIN IMMEDIATE")
+
+
+def test_a_writer_that_waits_past_the_timeout_meets_an_outage_not_a_failure():
+    run_id = journal.start("twelve")
+    inside, done, met = threading.Event(), threading.Event(), []
+
+    def holder():
+        with transaction.atomic():
+            Run.objects.filter(id=run_id).update(created_by="holder")
+            inside.set()
+            done.wait(5)
+
+    def late():
+        inside.wait(5)
+        connections["default"].queued.timeout = 0.2  # (_in_thread opened the connection)
+        try:
+            with transaction.atomic():  # its BEGIN waits for the holder's turn, then gives up
+                Run.objects.filter(id=run_id).update(created_by="late")
+        except Exception as exc:  # noqa: BLE001 - the test reads what the writer met
+            met.append(exc)
+        finally:
+            done.set()
+
+    errors: list = []
+    threads = [_in_thread(holder, errors), _in_thread(late, errors)]
+    for t in threads:
+        t.join(10)
+    assert errors == [] and len(met) == 1
+    assert is_database_outage(met[0]) and "database is locked" in str(met[0])
+    assert Run.objects.get(id=run_id).created_by == "holder"

@@ -33,6 +33,9 @@ MARKER_KINDS = (EventKind.WAIT_STARTED, EventKind.TIMER_STARTED, EventKind.APPRO
 HISTORY_FORMAT = 1  # bump when the JSON shape changes
 
 
+# An operator's retry: replay runs past the failures recorded before it (the journal's second mark).
+_RETRY = Q(kind=EventKind.OPERATOR_ACTION, payload__action="retry")
+
 # Every drive of every run loads its journal: both queries compile once (journal.store.frozen).
 _POSITIONED = frozen.FrozenQuery(
     SessionEvent, ("seq", "kind", "position", "step_name", "payload"),
@@ -41,7 +44,7 @@ _POSITIONED = frozen.FrozenQuery(
 _MARKS = frozen.FrozenQuery(
     SessionEvent, ("last", "retry"),
     lambda _v, run_id: SessionEvent.objects.filter(run_id=run_id).order_by().values("run_id").annotate(
-        last=Max("seq"), retry=Max("seq", filter=Q(kind=EventKind.OPERATOR_ACTION, payload__action="retry")))
+        last=Max("seq"), retry=Max("seq", filter=_RETRY))
     .values("last", "retry"), run_id=frozen.SENTINEL_UUID)
 
 
@@ -56,8 +59,7 @@ _RUN_AND_MARKS = frozen.FrozenQuery(
     Run, (*_RUN_FIELDS, "journal_last_seq", "journal_retry_seq"),
     lambda _v, pk: Run._base_manager.filter(pk=pk).annotate(
         journal_last_seq=_seq_of(SessionEvent.objects.filter(run_id=OuterRef("pk"))),
-        journal_retry_seq=_seq_of(SessionEvent.objects.filter(
-            run_id=OuterRef("pk"), kind=EventKind.OPERATOR_ACTION, payload__action="retry")),
+        journal_retry_seq=_seq_of(SessionEvent.objects.filter(_RETRY, run_id=OuterRef("pk"))),
     ).values(*_RUN_FIELDS, "journal_last_seq", "journal_retry_seq"), pk=frozen.SENTINEL_UUID)
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 
-from journal.store.sqlite_backend.base import is_write
+from journal.store.sqlite_backend.base import is_write, turn
 
 PSYCOPG_DEFAULT_THRESHOLD = 5  # what psycopg uses when Django does not switch preparing off
 
@@ -85,15 +85,9 @@ class _SQLiteCursor(_PreparedCursor):
         query, write = converted
         started = time.monotonic()
         # A write outside a transaction queues behind this process's other writers (sqlite_backend).
-        queued = getattr(self._conn, "queued", None) if write and not self._raw.connection.in_transaction else None
-        if queued is None:
+        queued = getattr(self._conn, "queued", None) if write else None
+        with turn(queued, self._raw.connection, sql):
             self._raw.execute(query, params)
-        else:
-            queued.acquire()
-            try:
-                self._raw.execute(query, params)
-            finally:
-                queued.release()
         self._logged(sql, params, started, "sqlite3 cursor")
 
 

@@ -144,23 +144,17 @@ def move(run_id, target: str, *, cause: Cause, sources: Iterable[str], at_epoch:
 CLAIMED = {S.PENDING: S.RUNNING, S.SUSPENDED: S.RUNNING, S.RUNNING: S.RUNNING, S.COMPENSATING: S.COMPENSATING}
 
 
-def claim_statement(candidates: tuple[str, list], *, lease_owner: str, lease_expires_at, now) -> tuple[str, list]:
-    """PostgreSQL: the claim's move of the run that ``candidates`` selects (locked FOR UPDATE SKIP
-    LOCKED, at most one) as one statement, which returns that run's row as it was before the move.
+_CLAIM_SQL: dict[str, str] = {}  # by the candidate query's SQL: built once, as frozen builds its own
 
-    It writes what :func:`move` with ``Cause.CLAIM`` writes from each source in ``CLAIMED``: the
-    new status, the lease, the epoch and attempts one up, ``started_at`` kept or stamped now, the
-    timer cleared, and a due timer's wait added to ``waited`` as ``_suspension_fields`` adds it.
-    One round trip where the select-then-update transaction took four (BEGIN, SELECT, UPDATE, COMMIT).
-    """
+
+def _claim_sql(select: str) -> str:
     for source, target in CLAIMED.items():
         check((source,), target, Cause.CLAIM)
     col = {name: connection.ops.quote_name(Run._meta.get_field(name).column) for name in (
         "id", "status", "lease_owner", "lease_expires_at", "epoch", "attempts", "started_at", "wake_at",
         "suspended_at", "waited")}
-    select, params = candidates
     status = "CASE c.{s} " + " ".join(f"WHEN '{source}' THEN '{target}'" for source, target in CLAIMED.items()) + " END"
-    sql = (
+    return (
         f"WITH c AS ({select}) UPDATE {connection.ops.quote_name(Run._meta.db_table)} AS r SET "
         f"{col['status']} = {status.format(s=col['status'])}, {col['lease_owner']} = %s, "
         f"{col['lease_expires_at']} = %s, {col['epoch']} = c.{col['epoch']} + 1, "
@@ -172,6 +166,21 @@ def claim_statement(candidates: tuple[str, list], *, lease_owner: str, lease_exp
         f"THEN r.{col['waited']} + (%s - r.{col['suspended_at']}) ELSE r.{col['waited']} END "
         f"FROM c WHERE r.{col['id']} = c.{col['id']} RETURNING c.*"
     )
+
+
+def claim_statement(candidates: tuple[str, list], *, lease_owner: str, lease_expires_at, now) -> tuple[str, list]:
+    """PostgreSQL: the claim's move of the run that ``candidates`` selects (locked FOR UPDATE SKIP
+    LOCKED, at most one) as one statement, which returns that run's row as it was before the move.
+
+    It writes what :func:`move` with ``Cause.CLAIM`` writes from each source in ``CLAIMED``: the
+    new status, the lease, the epoch and attempts one up, ``started_at`` kept or stamped now, the
+    timer cleared, and a due timer's wait added to ``waited`` as ``_suspension_fields`` adds it.
+    One round trip where the select-then-update transaction took four (BEGIN, SELECT, UPDATE, COMMIT).
+    """
+    select, params = candidates
+    sql = _CLAIM_SQL.get(select)
+    if sql is None:
+        sql = _CLAIM_SQL[select] = _claim_sql(select)
     return sql, [*params, lease_owner, lease_expires_at, now, now]
 
 

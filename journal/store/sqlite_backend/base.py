@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from contextlib import nullcontext
 from typing import Any
 
+from django.db import OperationalError
 from django.db.backends.sqlite3 import base
 
 _LOCKS: dict[str, threading.RLock] = {}
@@ -40,42 +42,48 @@ def is_write(sql: str) -> bool:
 
 
 class _Queued:
-    """This process's writers of one database file, one at a time."""
+    """This process's writers of one database file, one at a time; ``with queued:`` holds the turn."""
 
     def __init__(self, name: str, timeout: float):
         self.lock = _lock_for(name)
         self.timeout = timeout
 
     def acquire(self) -> None:
+        # Django's own OperationalError, as SQLite's "database is locked" reaches the engine through
+        # Django's wrapper: an outage to wait out, never the workflow's failure (journal.store.outage).
         if not self.lock.acquire(timeout=self.timeout):
-            raise sqlite3.OperationalError("database is locked")
+            raise OperationalError("database is locked")
 
     def release(self) -> None:
         self.lock.release()
 
+    def __enter__(self) -> None:
+        self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def turn(queued: _Queued | None, connection: sqlite3.Connection, sql: str) -> Any:
+    """What a statement holds while it runs: the writers' turn for a write outside a transaction (a
+    transaction took it at BEGIN), nothing for a read or without the queue (Django's stock backend)."""
+    if queued is None or connection.in_transaction or not is_write(sql):
+        return nullcontext()
+    return queued
+
 
 class CursorWrapper(base.SQLiteCursorWrapper):
-    """A write outside a transaction holds the lock for its statement."""
+    """A write outside a transaction holds the writers' turn for its statement."""
 
     queued: _Queued
 
     def execute(self, query: str, params: Any = None) -> Any:
-        if self.connection.in_transaction or not is_write(query):
+        with turn(self.queued, self.connection, query):
             return super().execute(query, params)
-        self.queued.acquire()
-        try:
-            return super().execute(query, params)
-        finally:
-            self.queued.release()
 
     def executemany(self, query: str, param_list: Any) -> Any:
-        if self.connection.in_transaction or not is_write(query):
+        with turn(self.queued, self.connection, query):
             return super().executemany(query, param_list)
-        self.queued.acquire()
-        try:
-            return super().executemany(query, param_list)
-        finally:
-            self.queued.release()
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
