@@ -32,6 +32,7 @@ from django.utils import timezone
 from journal.driver import executor, leases, recovery
 from journal.models import Run, Worker
 from journal.models.run import lease_seconds
+from journal.store import doorbell
 from journal.store.errors import DatabaseUnavailable, LeaseLost
 from journal.store.outage import OutageLog, drop_connection, is_database_outage
 
@@ -90,6 +91,7 @@ class EmbeddedWorker:
             return self.completed
         self._heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="durable-heartbeat", daemon=True)
         self._heartbeat_thread.start()
+        doorbell.listen(self._wake.set)  # a run started or woken in this process is claimed at once
         next_maintenance = time.monotonic() + 5.0
         delay = self.poll_interval
         idle_once = False
@@ -239,6 +241,7 @@ class EmbeddedWorker:
                     self.outcomes.popitem(last=False)
             if self.stopping.is_set():
                 _close_all()
+            doorbell.stopped(claim.run_id)  # journal.wait in this process reads the row now
             self._wake.set()
 
     def _close_pool_connections(self, timeout: float = 5.0) -> None:
@@ -309,6 +312,7 @@ class EmbeddedWorker:
     def request_stop(self) -> None:
         """SIGTERM: stop claiming; running workflows give their runs back at the next step boundary."""
         self.stopping.set()
+        doorbell.unlisten(self._wake.set)
         self._wake.set()
         with self._lock:
             for ctx in self._contexts.values():

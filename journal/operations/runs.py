@@ -19,7 +19,7 @@ from journal.engine.launch import harness_for, register_harnesses, start_run
 from journal.models import EffectStatus, EventKind, Run, RunStatus, SideEffect, Signal
 from journal.primitives.children import wake_parent
 from journal.store import runstate
-from journal.store.doorbell import notify
+from journal.store.doorbell import notify, watch
 from journal.store.errors import BadArgumentsError, RunNotFoundError, RunStateError, SignalError
 from journal.store.serialization import check_text, dumps, to_json
 
@@ -84,17 +84,23 @@ def signal(run_id, name: str, payload: Any = None, *, actor: str = "", signal_id
 
 
 def wait(run_id, timeout: float = 30) -> Run:
-    """Return the run when it stops (finishes or needs attention) or when the timeout passes."""
+    """Return the run when it stops (finishes or needs attention) or when the timeout passes.
+
+    A run driven by a worker of this process is read again as soon as that drive ends (the doorbell);
+    one driven elsewhere is polled, every 20 ms at first and at most every half second."""
     deadline = time.monotonic() + timeout
     delay = 0.02
-    while True:
-        run = get_run(run_id)
-        if time.monotonic() >= deadline:
-            return run
-        if run.status in runstate.STOPPED and not will_compensate(run):
-            return run  # (a failed run whose saga is about to start is not finished)
-        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(delay * 1.5, 0.5)
+    with watch(run_id) as ended:
+        while True:
+            run = get_run(run_id)
+            if time.monotonic() >= deadline:
+                return run
+            if run.status in runstate.STOPPED and not will_compensate(run):
+                return run  # (a failed run whose saga is about to start is not finished)
+            if ended.wait(min(delay, max(0.0, deadline - time.monotonic()))):
+                ended.clear()
+            else:
+                delay = min(delay * 1.5, 0.5)
 
 
 def cancel(run_id, reason: str = "", *, actor: str = "") -> Run:
