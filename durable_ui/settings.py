@@ -158,6 +158,9 @@ DURABLE_READ_ONLY = env_bool("DURABLE_READ_ONLY", False)
 # SQLite (one writer at a time: sharing is the only way to share an fsync), off for PostgreSQL (the
 # server already flushes concurrent commits' WAL together; a queue in the client only serializes them).
 DURABLE_GROUP_COMMIT = env_bool("DURABLE_GROUP_COMMIT") if os.environ.get("DURABLE_GROUP_COMMIT") else None
+# PostgreSQL: a run made runnable sends NOTIFY with its transaction, and every worker LISTENs, so a
+# worker in another process claims it at once rather than at its next poll (journal/store/doorbell.py).
+DURABLE_PG_NOTIFY = env_bool("DURABLE_PG_NOTIFY", True)
 DURABLE_RETENTION_INTERVAL = env_int("DURABLE_RETENTION_INTERVAL", 3600, minimum=60)  # seconds between purges
 # A Celery task meeting a database outage retries this many times (backoff up to 60 s); then beat's sweep rings.
 DURABLE_CELERY_DB_RETRIES = env_int("DURABLE_CELERY_DB_RETRIES", 30, minimum=0)

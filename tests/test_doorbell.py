@@ -13,6 +13,7 @@ from journal.driver.worker import EmbeddedWorker
 from journal.engine.launch import start_run
 from journal.models import Run, RunStatus
 from journal.store import doorbell
+from tests.agents import crashy  # noqa: F401 - registers "twelve", which the worker process imports too
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -81,3 +82,34 @@ def test_watchers_of_one_run_are_all_woken_and_others_are_not():
     assert doorbell._watchers == {}
     doorbell.stopped("a")  # nobody watches: nothing to do, nothing kept
     assert doorbell._watchers == {}
+
+
+@pytest.mark.postgres
+def test_a_worker_in_another_process_hears_a_start_through_the_database(worker_env, spawn_worker):
+    worker = spawn_worker(worker_env("tests.agents.crashy"), "--poll", str(NEVER))
+    deadline = time.monotonic() + 60
+    while "concurrency" not in worker.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # its first claim found nothing: it now sleeps for NEVER seconds unless it hears the bell
+    for _ in range(2):
+        run = journal.wait(journal.start("twelve", 2, 0), timeout=60)
+        assert run.status == RunStatus.COMPLETED, (run.status, worker.log()[-2000:])
+    assert worker.terminate() == 0
+
+
+@pytest.mark.postgres
+def test_a_start_inside_a_transaction_that_rolls_back_rings_nobody(worker_env, spawn_worker):
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"LISTEN {doorbell.CHANNEL}")
+    raw = connection.connection
+    list(raw.notifies(timeout=0.1))  # nothing pending from before
+    with pytest.raises(RuntimeError), transaction.atomic():
+        journal.start("bell_quick", 1)
+        raise RuntimeError("roll back")
+    assert list(raw.notifies(timeout=0.3)) == []
+    run_id = journal.start("bell_quick", 2)
+    assert [n.payload for n in raw.notifies(timeout=5, stop_after=1)] == [run_id]
+    with connection.cursor() as cursor:
+        cursor.execute(f"UNLISTEN {doorbell.CHANNEL}")

@@ -68,6 +68,7 @@ class EmbeddedWorker:
         self._contexts: dict = {}  # run_id -> Context, while a thread drives it
         self._lock = threading.Lock()
         self._heartbeat_thread: threading.Thread | None = None
+        self._bell_thread: threading.Thread | None = None  # LISTENs for runnable runs (PostgreSQL)
         self.completed = 0
         self.outcomes: OrderedDict[str, str] = OrderedDict()  # the latest runs' statuses, bounded
         self.maintenance_interval = float(getattr(settings, "DURABLE_RETENTION_INTERVAL", 3600))
@@ -92,6 +93,10 @@ class EmbeddedWorker:
         self._heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="durable-heartbeat", daemon=True)
         self._heartbeat_thread.start()
         doorbell.listen(self._wake.set)  # a run started or woken in this process is claimed at once
+        if doorbell.database_bell() and not until_idle:  # ... on PostgreSQL, one made runnable in any process
+            self._bell_thread = threading.Thread(target=doorbell.listen_database, args=(self._wake.set, self.stopping),
+                                                 name="durable-bell", daemon=True)
+            self._bell_thread.start()
         next_maintenance = time.monotonic() + 5.0
         delay = self.poll_interval
         idle_once = False
@@ -333,6 +338,8 @@ class EmbeddedWorker:
         if not self._active:
             self._close_pool_connections()
         self._pool.shutdown(wait=not self._active, cancel_futures=True)
+        if self._bell_thread is not None:
+            self._bell_thread.join(timeout=5)  # it looks at `stopping` five times a second
         try:
             self._return_given_back()
             if self._active:  # stuck in a long step: let another worker take over at once

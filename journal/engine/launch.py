@@ -13,8 +13,7 @@ from django.db.models import Subquery
 
 from journal.engine import registry
 from journal.models import AgentPause, EventKind, Harness, Run, SessionEvent
-from journal.store import frozen
-from journal.store.doorbell import notify
+from journal.store import doorbell, frozen
 from journal.store.errors import BadArgumentsError
 from journal.store.serialization import check_text, to_json
 
@@ -108,6 +107,7 @@ def start_run(workflow: str | Callable[..., Any], args: tuple | list = (), kwarg
     )
     started = SessionEvent(run_id=run.id, seq=1, kind=EventKind.RUN_STARTED, actor=actor,
                            payload={"input": run_input, "version": defn.version, "fingerprint": defn.fingerprint})
-    frozen.insert_all([run, started])  # the run and its first event, or neither (one statement on PostgreSQL)
-    notify(run.id)  # once the rows are committed (Django's on_commit: at once outside a transaction)
+    bell = (doorbell.CHANNEL, str(run.id)) if doorbell.database_bell() else None
+    frozen.insert_all([run, started], bell=bell)  # the run, its first event, the NOTIFY: all or none, one statement
+    doorbell.notify(run.id, sent=bell is not None)  # in this process once the rows are committed
     return str(run.id)

@@ -7,7 +7,11 @@ a poll interval later) and the installed backend: with ``DURABLE_CELERY`` on, th
 integration plugs in one at start-up (``journal.integrations.tasks``) that sends a message carrying
 only the run id. A worker that hears the bell still has to win the database lease, so a bell that
 rings twice, or for a run someone else took, is harmless. A worker in another process does not hear
-this process's bell and finds the run at its next poll.
+this process's bell and finds the run at its next poll, except on PostgreSQL: there the bell is
+also a ``NOTIFY durable_runnable`` sent with the transaction (delivered when it commits, dropped if
+it rolls back; a run's start carries it in its one statement), and every embedded worker LISTENs on
+its own connection (``listen_database``). ``DURABLE_PG_NOTIFY = False`` turns that off: NOTIFY
+serialises the commits that send it, which only a site starting thousands of runs a second feels.
 
 **Stopped.** ``stopped(run_id)`` is rung by a worker of this process when a drive of the run ends;
 ``watch(run_id)`` is what ``journal.wait`` listens with, so that waiting for a run driven here costs
@@ -19,11 +23,16 @@ A seam, so the store never imports the floors that drive runs.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, connections, transaction
+
+log = logging.getLogger(__name__)
+CHANNEL = "durable_runnable"
 
 _backend: Callable[[str], None] | None = None
 _listeners: list[Callable[[], None]] = []  # this process's embedded workers: each one's "claim now"
@@ -50,12 +59,22 @@ def unlisten(wake: Callable[[], None]) -> None:
             _listeners.remove(wake)
 
 
-def notify(run_id) -> None:
-    """A run became runnable: ring once the caller's transaction commits (at once outside one)."""
+def database_bell() -> bool:
+    """Whether runnable runs are announced through the database (PostgreSQL's NOTIFY)."""
+    return connection.vendor == "postgresql" and bool(getattr(settings, "DURABLE_PG_NOTIFY", True))
+
+
+def notify(run_id, *, sent: bool = False) -> None:
+    """A run became runnable: ring once the caller's transaction commits (at once outside one).
+
+    ``sent``: the caller's statement carried the database's NOTIFY already (a run's start)."""
+    run_id = str(run_id)
+    if not sent and database_bell():
+        with connection.cursor() as cursor:  # part of the caller's transaction: sent if it commits
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, run_id])
     backend = _backend
     if backend is None and not _listeners:
         return
-    run_id = str(run_id)
     transaction.on_commit(lambda: _ring(backend, run_id))
 
 
@@ -92,3 +111,30 @@ def watch(run_id) -> Iterator[threading.Event]:
                 waiting.remove(event)
             if not waiting:
                 _watchers.pop(key, None)
+
+
+def listen_database(wake: Callable[[], None], stopping: threading.Event, *, every: float = 0.2) -> None:
+    """LISTEN for runnable runs on a connection of its own and call ``wake`` for each (PostgreSQL).
+
+    Runs until ``stopping`` is set, looking at it every ``every`` seconds. A connection that fails
+    is opened again after a pause that doubles up to 5 s; meanwhile the worker's poll finds the runs,
+    as it always does for a bell missed."""
+    import psycopg
+
+    params = {"connect_timeout": 5, **connections["default"].get_connection_params()}
+    delay = every
+    while not stopping.is_set():
+        try:
+            with psycopg.connect(**params, autocommit=True) as conn:
+                conn.execute(f"LISTEN {CHANNEL}")
+                delay = every
+                wake()  # a bell rung while this connection was not listening
+                while not stopping.is_set():
+                    for _note in conn.notifies(timeout=every):
+                        wake()
+        except Exception as exc:  # an outage or a refused connection: poll, and listen again later
+            if stopping.is_set():
+                return
+            log.debug("doorbell: listening failed (%s: %s); retrying in %.1f s", type(exc).__name__, exc, delay)
+            stopping.wait(delay)
+            delay = min(delay * 2, 5.0)

@@ -258,7 +258,7 @@ def _inserted(obj: models.Model) -> None:
     obj._state.db = connection.alias
 
 
-def insert_all(objs: Sequence[models.Model]) -> None:
+def insert_all(objs: Sequence[models.Model], *, bell: tuple[str, str] | None = None) -> None:
     """Insert rows of several models, all or none, keys chosen by the caller (or left to the database
     and not read back).
 
@@ -266,22 +266,30 @@ def insert_all(objs: Sequence[models.Model]) -> None:
     statement is atomic on its own, so there is no BEGIN and COMMIT to wait for (two of a run's
     start's four round trips). A foreign key between the rows holds, because the engine's keys are
     checked at the end of the statement or the transaction. Elsewhere it is one transaction.
-    Inside a caller's transaction either form simply joins it."""
+    Inside a caller's transaction either form simply joins it.
+
+    ``bell`` (PostgreSQL): a ``(channel, payload)`` NOTIFY that the same statement sends, delivered
+    when it commits (the doorbell of a run's start, without a round trip of its own)."""
     parts = [_insert_parts(obj) for obj in objs]
     if connection.vendor != "postgresql":
         with transaction.atomic(), prepared.cursor() as cursor:
             for _auto, sql, params in parts:
                 cursor.execute(sql, params)
     else:
-        shape = ("insert_all", tuple(sql for _a, sql, _p in parts))
+        shape = ("insert_all", tuple(sql for _a, sql, _p in parts), bell is not None)
         statement = _SQL.get(shape)
         if statement is None:
-            heads = ", ".join(f"_w{i} AS ({sql})" for i, (_a, sql, _p) in enumerate(parts[:-1]))
-            statement = f"WITH {heads} {parts[-1][1]}" if heads else parts[-1][1]
+            heads = [f"_w{i} AS ({sql})" for i, (_a, sql, _p) in enumerate(parts[:-1])]
+            last = parts[-1][1]
+            if bell is not None:  # evaluated once, for the last INSERT's one returned row
+                heads.append("_bell AS (SELECT pg_notify(%s, %s) AS rung)")
+                last += " RETURNING (SELECT 1 FROM _bell)"
+            statement = f"WITH {', '.join(heads)} {last}" if heads else last
             with _LOCK:
                 _SQL[shape] = statement
+        values = [value for _a, _s, params in parts[:-1] for value in params]
         with prepared.cursor() as cursor:  # planned once per connection
-            cursor.execute(statement, [value for _a, _s, params in parts for value in params])
+            cursor.execute(statement, [*values, *(bell or ()), *parts[-1][2]])
     for obj in objs:
         _inserted(obj)
 
