@@ -1,14 +1,20 @@
 #!/usr/bin/env python
-"""From ``journal.start`` to ``journal.wait`` returning the finished run, with an embedded worker in the
-same process (``make demo``, ``runworker`` beside a script), with the doorbells and without them.
+"""From ``journal.start`` to ``journal.wait`` returning the finished run, with the doorbells and without.
 
     .venv/bin/python bench/start_latency.py [--runs 40] [--rounds 3] [--postgres URL]
 
-The worker polls every 0.2 s, ``runworker``'s default. With the doorbells, a start wakes the worker's
-claim loop and the end of the drive wakes the waiter; without them (the bells silenced in this
-process, as before they existed) the worker finds the run at its next poll and the waiter at its
-next read (every 20 ms at first, backing off). Runs of one tiny step, one at a time, the two ways
-interleaved round by round. Writes bench/results/start_latency.json and .md.
+Two set-ups, the worker polling every 0.2 s (``runworker``'s default) in both:
+
+- **the same process** (``make demo``, a script beside its embedded worker): with the doorbells a
+  start wakes the worker's claim loop and the end of the drive wakes the waiter; without them (the
+  bells silenced in this process, as before they existed) the worker finds the run at its next poll
+  and the waiter at its next read (every 20 ms at first, backing off);
+- **another process** (PostgreSQL only: a ``runworker`` beside this one): with ``DURABLE_PG_NOTIFY``
+  on, the worker hears the start's NOTIFY; off, it finds the run at its next poll. The waiter here
+  polls in both.
+
+Runs of one tiny step, one at a time, the two ways interleaved round by round. Writes
+bench/results/start_latency.json and .md.
 """
 
 from __future__ import annotations
@@ -26,9 +32,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "durable_ui.settings")
 os.environ.setdefault("DURABLE_LOG_LEVEL", "WARNING")
+os.environ["DURABLE_AGENT_MODULES"] = "latency_agents"
+os.environ["PYTHONPATH"] = f"{ROOT / 'bench'}:{ROOT}"
 
 import django  # noqa: E402
 
@@ -37,23 +45,15 @@ django.setup()
 import journal  # noqa: E402
 
 
-@journal.step()
-def tiny(i: int) -> int:
-    return i + 1
-
-
-@journal.workflow(name="bench_latency")
-def bench_latency(ctx, n: int) -> int:
-    return tiny(n)
-
-
 def measure(runs: int, rounds: int) -> dict:
+    from django.conf import settings
     from django.core.management import call_command
 
     from journal.driver.worker import EmbeddedWorker
     from journal.store import doorbell
 
     call_command("migrate", verbosity=0)
+    settings.DURABLE_PG_NOTIFY = False  # in the same process the bells alone; the NOTIFY is measured across
     worker = EmbeddedWorker(concurrency=2, poll_interval=0.2)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
@@ -61,13 +61,7 @@ def measure(runs: int, rounds: int) -> dict:
         time.sleep(0.01)
     ring_stopped = doorbell.stopped
 
-    def latencies(bells: bool) -> list[float]:
-        if bells:
-            doorbell.listen(worker._wake.set)
-            doorbell.stopped = ring_stopped
-        else:
-            doorbell.unlisten(worker._wake.set)
-            doorbell.stopped = lambda run_id: None
+    def timed_runs() -> list[float]:
         out = []
         for i in range(runs):
             t0 = time.perf_counter()
@@ -76,6 +70,15 @@ def measure(runs: int, rounds: int) -> dict:
             assert run.status == "completed", run.status
         return out
 
+    def latencies(bells: bool) -> list[float]:
+        if bells:
+            doorbell.listen(worker._wake.set)
+            doorbell.stopped = ring_stopped
+        else:
+            doorbell.unlisten(worker._wake.set)
+            doorbell.stopped = lambda run_id: None
+        return timed_runs()
+
     latencies(True)  # warm up
     samples: dict[str, list[float]] = {"bells": [], "polling": []}
     for _ in range(rounds):
@@ -83,6 +86,29 @@ def measure(runs: int, rounds: int) -> dict:
         samples["bells"] += latencies(True)
     worker.request_stop()
     thread.join(30)
+    doorbell.stopped = ring_stopped
+    settings.DURABLE_PG_NOTIFY = True  # this process's starts send the NOTIFY; the worker chooses to listen
+
+    def across(notify: bool) -> list[float]:
+        """The same runs driven by a runworker process beside this one."""
+        env = {**os.environ, "DURABLE_PG_NOTIFY": "1" if notify else "0"}
+        proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "runworker", "--poll", "0.2"], env=env,
+                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            journal.wait(journal.start("bench_latency", 0), timeout=60)  # booted, connected, listening
+            time.sleep(0.5)
+            return timed_runs()
+        finally:
+            proc.terminate()
+            proc.wait(60)
+
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        samples.update({"notify": [], "poll_across": []})
+        for _ in range(rounds):
+            samples["poll_across"] += across(False)
+            samples["notify"] += across(True)
 
     def q(values: list[float], p: float) -> float:
         return round(sorted(values)[min(len(values) - 1, int(p * len(values)))], 2)
@@ -122,14 +148,16 @@ def main() -> None:
             print(f"{name}: done")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "start_latency.json").write_text(json.dumps(results, indent=2) + "\n")
-    lines = ["| database | with the doorbells: median / p90 | polling (0.2 s worker poll): median / p90 |",
+    lines = ["| database, where the worker is | with the doorbell: median / p90 | polling (0.2 s): median / p90 |",
              "|---|---|---|"]
     for r in results:
-        b, p = r["bells"], r["polling"]
-        lines.append(f"| {r['vendor']} | {b['median_ms']} / {b['p90_ms']} ms | {p['median_ms']} / {p['p90_ms']} ms |")
+        for label, bell, poll in (("same process", "bells", "polling"), ("another process", "notify", "poll_across")):
+            if bell in r:
+                b, p = r[bell], r[poll]
+                lines.append(f"| {r['vendor']}, {label} | {b['median_ms']} / {b['p90_ms']} ms "
+                             f"| {p['median_ms']} / {p['p90_ms']} ms |")
     table = "\n".join(lines)
-    (RESULTS / "start_latency.md").write_text(
-        f"# journal.start → journal.wait, one-step run, worker in the same process\n\n{table}\n")
+    (RESULTS / "start_latency.md").write_text(f"# journal.start → journal.wait, one-step run\n\n{table}\n")
     print(table)
 
 
