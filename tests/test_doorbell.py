@@ -113,3 +113,21 @@ def test_a_start_inside_a_transaction_that_rolls_back_rings_nobody(worker_env, s
     assert [n.payload for n in raw.notifies(timeout=5, stop_after=1)] == [run_id]
     with connection.cursor() as cursor:
         cursor.execute(f"UNLISTEN {doorbell.CHANNEL}")
+
+
+@pytest.mark.postgres
+def test_a_bell_that_cannot_be_sent_fails_only_the_transaction_it_belongs_to(monkeypatch):
+    from django.db import OperationalError
+    from django.db.backends import utils
+
+    real = utils.CursorWrapper.execute
+
+    def no_notify(self, sql, params=None):
+        if "pg_notify" in sql:
+            raise OperationalError("server closed the connection unexpectedly")
+        return real(self, sql, params)
+
+    monkeypatch.setattr(utils.CursorWrapper, "execute", no_notify)
+    doorbell.notify(uuid.uuid4())  # after the change committed: the poll will find the run; no error
+    with pytest.raises(OperationalError), transaction.atomic():
+        doorbell.notify(uuid.uuid4())  # inside: the transaction is broken, and says so

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from django.conf import settings
-from django.db import connection, connections, transaction
+from django.db import DatabaseError, connection, connections, transaction
 
 log = logging.getLogger(__name__)
 CHANNEL = "durable_runnable"
@@ -70,12 +70,25 @@ def notify(run_id, *, sent: bool = False) -> None:
     ``sent``: the caller's statement carried the database's NOTIFY already (a run's start)."""
     run_id = str(run_id)
     if not sent and database_bell():
-        with connection.cursor() as cursor:  # part of the caller's transaction: sent if it commits
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, run_id])
+        _send(run_id)
     backend = _backend
     if backend is None and not _listeners:
         return
     transaction.on_commit(lambda: _ring(backend, run_id))
+
+
+def _send(run_id: str) -> None:
+    """The NOTIFY, in the caller's transaction (sent if it commits). Outside one the change it announces
+    has committed already: a bell that cannot be sent then must not turn a done action into an error
+    (the workers' poll finds the run anyway)."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, run_id])
+    except DatabaseError as exc:
+        if connection.in_atomic_block:
+            raise  # the caller's transaction is broken: its change is not made either
+        log.info("doorbell: could not announce run %s (%s); the workers' poll will find it", run_id,
+                 type(exc).__name__)
 
 
 def _ring(backend: Callable[[str], None] | None, run_id: str) -> None:
