@@ -1,5 +1,6 @@
-"""The in-process doorbells: an embedded worker claims a run started in its process at once, not at its
-next poll, and ``journal.wait`` reads a run again as soon as a worker of its process stops driving it."""
+"""The doorbells: an embedded worker claims a run started in its process at once, not at its next poll,
+and ``journal.wait`` reads a run again as soon as a worker of its process stops driving it; on
+PostgreSQL a worker in another process hears the start's NOTIFY."""
 
 import threading
 import time
@@ -98,7 +99,7 @@ def test_a_worker_in_another_process_hears_a_start_through_the_database(worker_e
 
 
 @pytest.mark.postgres
-def test_a_start_inside_a_transaction_that_rolls_back_rings_nobody(worker_env, spawn_worker):
+def test_a_start_inside_a_transaction_that_rolls_back_rings_nobody():
     from django.db import connection
 
     with connection.cursor() as cursor:
