@@ -113,8 +113,6 @@ def measure(runs: int, rounds: int) -> dict:
     def q(values: list[float], p: float) -> float:
         return round(sorted(values)[min(len(values) - 1, int(p * len(values)))], 2)
 
-    from django.db import connection
-
     return {"vendor": connection.vendor, "runs": runs, "rounds": rounds, "poll_interval_s": 0.2,
             **{k: {"median_ms": round(statistics.median(v), 2), "p90_ms": q(v, 0.9), "max_ms": round(max(v), 2)}
                for k, v in samples.items()}}
