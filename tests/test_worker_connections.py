@@ -11,6 +11,7 @@ import journal
 from journal.driver.worker import EmbeddedWorker
 from journal.models import Run, RunStatus
 from tests.agents import crashy  # noqa: F401 - registers "twelve"
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,3 +60,64 @@ def test_a_connection_the_server_ended_between_runs_costs_a_retry_not_a_run():
         worker.request_stop()
         thread.join(30)
     assert not thread.is_alive()
+
+
+_held = threading.Event()
+_raw: dict[str, object] = {}  # run name -> the driver connection its pool thread used
+
+
+@journal.step()
+def note_connection(name: str) -> str:
+    connection.ensure_connection()
+    _raw[name] = connection.connection
+    return name
+
+
+@journal.step()
+def hold() -> None:
+    _held.wait(60)
+
+
+@journal.workflow(name="conn-quick")
+def conn_quick(ctx) -> str:
+    return note_connection("quick")
+
+
+@journal.workflow(name="conn-held")
+def conn_held(ctx) -> str:
+    note_connection("held")
+    hold()
+    return "held"
+
+
+def _closed(raw) -> bool:
+    if hasattr(raw, "closed"):  # psycopg
+        return bool(raw.closed)
+    try:  # sqlite3
+        raw.execute("SELECT 1")
+    except Exception:
+        return True
+    return False
+
+
+def test_a_pool_shut_down_while_a_run_is_driven_closes_its_idle_threads_connections():
+    """The idle threads cannot be asked to close (one is busy, and the pool is not waited for): each
+    closes its connection as it ends. Before, the connection stayed open until garbage collection."""
+    _held.clear()
+    _raw.clear()
+    quick, held = journal.start("conn-quick"), journal.start("conn-held")
+    worker = EmbeddedWorker(concurrency=2, poll_interval=0.01)
+    worker.register()
+    try:
+        assert worker.tick() == 2
+        assert journal.wait(quick, timeout=60).status == RunStatus.COMPLETED
+        wait_for(lambda: "held" in _raw, message="the held run's step")
+        assert len(worker._active) == 1
+    finally:
+        worker.shutdown(grace=0.2)  # the held run is still in its step
+    try:
+        wait_for(lambda: _closed(_raw["quick"]), timeout=10, message="the idle thread's connection closed")
+    finally:
+        _held.set()
+    wait_for(lambda: _closed(_raw["held"]), timeout=30, message="the busy thread's connection closed")
+    assert journal.get_run(held).status != RunStatus.FAILED  # given back at its next step boundary

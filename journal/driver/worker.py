@@ -35,6 +35,7 @@ from journal.models.run import lease_seconds
 from journal.store import doorbell
 from journal.store.errors import DatabaseUnavailable, LeaseLost
 from journal.store.outage import OutageLog, drop_connection, is_database_outage
+from journal.store.thread_connections import close_at_thread_exit
 
 log = logging.getLogger(__name__)
 OUTCOMES_KEPT = 1000
@@ -214,6 +215,7 @@ class EmbeddedWorker:
     def _drive_pooled(self, claim) -> str:
         with self._lock:
             self._drivers.add(threading.get_ident())
+        close_at_thread_exit()  # a pool shut down while a run is driven ends its idle threads unasked
         return self._drive(claim)
 
     def _drive(self, claim) -> str:

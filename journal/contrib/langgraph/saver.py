@@ -9,7 +9,6 @@ refuses to run on an event loop (SynchronousOnlyOperation).
 from __future__ import annotations
 
 import random
-import threading
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
@@ -34,34 +33,9 @@ from langgraph.checkpoint.base import (
 from journal.contrib.langgraph import values
 from journal.models import LangGraphChannel, LangGraphCheckpoint, LangGraphWrite
 from journal.store.errors import LeaseLost
+from journal.store.thread_connections import close_at_thread_exit
 
 _PAGE = 100  # checkpoints decoded per batch while listing
-
-
-class _CloseAtThreadExit:
-    """Closes a thread's database connection when the thread ends.
-
-    LangGraph saves checkpoints from the threads of an executor it starts for each invocation;
-    Django opens a connection in each, and nothing would close it (the connection would linger on
-    the server until garbage collection, or forever). Held in a thread-local, so dropped (and
-    closing) when its thread's locals are cleared.
-    """
-
-    def __init__(self) -> None:
-        self.wrapper = connections[DEFAULT_DB_ALIAS]
-
-    def __del__(self) -> None:
-        raw = self.wrapper.connection
-        if raw is not None:
-            raw.close()
-
-
-_thread_state = threading.local()
-
-
-def _mind_connection() -> None:
-    if threading.current_thread() is not threading.main_thread() and not hasattr(_thread_state, "closer"):
-        _thread_state.closer = _CloseAtThreadExit()
 
 
 def _again_after_deadlock(write) -> None:
@@ -112,7 +86,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
-        _mind_connection()
+        close_at_thread_exit()
         conf = config["configurable"]
         thread_id, checkpoint_ns = conf["thread_id"], conf.get("checkpoint_ns", "")
         body = checkpoint.copy()
@@ -151,7 +125,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
-        _mind_connection()
+        close_at_thread_exit()
         conf = config["configurable"]
         key = {"thread_id": conf["thread_id"], "checkpoint_ns": conf.get("checkpoint_ns", ""),
                "checkpoint_id": conf["checkpoint_id"]}
@@ -179,7 +153,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
     # -- reading ------------------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        _mind_connection()
+        close_at_thread_exit()
         conf = config["configurable"]
         rows = LangGraphCheckpoint.objects.filter(thread_id=conf["thread_id"],
                                                   checkpoint_ns=conf.get("checkpoint_ns", ""))
@@ -192,7 +166,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
-        _mind_connection()
+        close_at_thread_exit()
         rows = LangGraphCheckpoint.objects.all()
         if config is not None:
             conf = config["configurable"]
@@ -279,7 +253,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
     # -- the optional capabilities ------------------------------------------------------------
 
     def delete_thread(self, thread_id: str) -> None:
-        _mind_connection()
+        close_at_thread_exit()
         with transaction.atomic():
             for model in (LangGraphWrite, LangGraphChannel, LangGraphCheckpoint):
                 model.objects.filter(thread_id=thread_id).delete()
@@ -290,7 +264,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         Channel rows stay: other checkpoints of the thread may share their versions; they are
         references only, and `delete_thread` / `prune` remove them.
         """
-        _mind_connection()
+        close_at_thread_exit()
         run_ids = [str(r) for r in run_ids]
         if not run_ids:
             return
@@ -306,7 +280,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             return [model(thread_id=target_thread_id, **{f: getattr(obj, f) for f in fields})
                     for obj in model.objects.filter(thread_id=source_thread_id).iterator()]
 
-        _mind_connection()
+        close_at_thread_exit()
         with transaction.atomic():
             for model in (LangGraphCheckpoint, LangGraphChannel, LangGraphWrite):
                 fields = [f.name for f in model._meta.concrete_fields if f.name not in ("id", "thread_id")]
@@ -315,7 +289,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """`keep_latest`: only the newest checkpoint of each namespace stays (with its writes and the
         channel versions it refers to); `delete`: the threads go entirely."""
-        _mind_connection()
+        close_at_thread_exit()
         if strategy == "delete":
             for thread_id in thread_ids:
                 self.delete_thread(thread_id)
