@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -172,6 +173,80 @@ def test_a_growing_conversation_in_agent_state_is_stored_as_deltas(drive):
         state = checkpoints.state_at_checkpoint(run_id, position)
         assert state["turn"] == position - 2 and len(state["messages"]) == position - 1
         assert state["messages"][-1].startswith(f"thought {position - 2} ")
+
+
+def _reply_text(i: int) -> str:
+    return f"reply {i} " + "y" * 1000
+
+
+@journal.step()
+def reply(i: int) -> str:
+    """Stands in for a model call: the conversation keeps what it returned."""
+    return _reply_text(i)
+
+
+@journal.workflow(name="cp_replies")
+def cp_replies(ctx, n: int, pause_at: int = -1):
+    messages = []
+    for i in range(n):
+        if i == pause_at:
+            ctx.wait_for_signal("go", timeout=timedelta(minutes=5))
+        messages.append(reply(i))
+        ctx.set_state({"messages": messages, "last": messages[-1], "turn": i})
+    return len(messages)
+
+
+def _expected(turns: int) -> dict:
+    messages = [_reply_text(i) for i in range(turns)]
+    return {"messages": messages, "last": messages[-1], "turn": turns - 1}
+
+
+def _stored_state_bytes(run_id) -> int:
+    return sum(len(json.dumps(s)) for s in Checkpoint.objects.filter(run_id=run_id).values_list("state", flat=True))
+
+
+def test_a_state_of_step_results_refers_to_their_records_and_reads_back_whole(drive):
+    run_id = journal.start("cp_replies", 60)
+    drive()
+    assert journal.wait(run_id, 10).output == 60
+    # Each reply is in its step's record once; the checkpoints hold references to those records.
+    assert _stored_state_bytes(run_id) < 0.3 * 60 * 1010  # copies: more than twice the payload
+    for position in (2, 3, 8, 34, 60):  # the state set after step p-1 is saved with step p
+        assert checkpoints.state_at_checkpoint(run_id, position) == _expected(position - 1)
+
+
+def test_a_resumed_and_a_forked_conversation_read_their_referred_state_back(drive):
+    run_id = journal.start("cp_replies", 30, 12)
+    drive()
+    assert journal.get_run(run_id).status == "suspended"
+    journal.signal(run_id, "go")
+    drive()  # the resume reads the state back from references, and goes on from it
+    assert journal.wait(run_id, 10).output == 30
+    last = SessionEvent.objects.filter(run_id=run_id, kind=EventKind.STEP_COMPLETED).order_by("-position")[0]
+    assert checkpoints.state_at_checkpoint(run_id, last.position) == _expected(29)  # the last set_state: no step after
+    fork_id = journal.fork(run_id, at_step=6)  # the fork's copied checkpoints refer to its copied records
+    assert checkpoints.state_at_checkpoint(fork_id, 5) == _expected(4)
+    drive()
+    journal.signal(fork_id, "go")
+    drive()
+    assert journal.wait(fork_id, 10).output == 30
+    assert checkpoints.state_at_checkpoint(fork_id, last.position) == _expected(29)
+
+
+@journal.workflow(name="cp_ref_lookalike")
+def cp_ref_lookalike(ctx):
+    items = [{"__result__": 1}]
+    for i in range(3):
+        items.append(reply(i))
+        ctx.set_state({"items": items})
+    return len(items)
+
+
+def test_a_state_that_holds_a_dict_shaped_like_a_reference_is_stored_as_it_is(drive):
+    run_id = journal.start("cp_ref_lookalike")
+    drive()
+    assert journal.wait(run_id, 10).output == 4
+    assert checkpoints.state_at_checkpoint(run_id, 3) == {"items": [{"__result__": 1}, _reply_text(0), _reply_text(1)]}
 
 
 def test_restore_sandbox_materialises_a_manifest_and_refuses_escapes(drive):

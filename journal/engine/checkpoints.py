@@ -14,10 +14,12 @@ written in the same transaction as the step's record.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from typing import Any
 
+from journal.engine.protocol import result_of
 from journal.engine.sandbox_exec import sandbox_root
 from journal.models import Checkpoint, CheckpointDecision, EventKind, Run, SessionEvent
 from journal.store import blobs
@@ -106,8 +108,32 @@ def after_step(ctx, position: int, defn, commit: Callable[[Callable[[], None] | 
 # only when the deltas written since the last whole copy outweigh it (so whole copies at most
 # double in size: O(n) in total); otherwise {"__delta__": {"base": position, "append", "set", "unset"}}
 # against the previous checkpoint of the same run.
+#
+# The messages of such a conversation are what its steps returned, and each step's record holds
+# its result already. So a value of the state (or an item of a list in it) whose JSON is a result
+# this execution recorded is stored as {"__result__": position} and read back from that record:
+# the conversation is written once, not three times (record, delta, whole copies). A checkpoint
+# that refers is a delta marked "refs" (a whole copy is one with base None); only its items are
+# read as references, so a state of the workflow's own that holds such a dict is never misread.
 
 DELTA_KEY = "__delta__"
+RESULT_KEY = "__result__"
+RESULT_MIN = 256  # bytes of JSON: a shorter result is stored again rather than referred to
+RESULTS_KEPT = 100_000  # results an execution remembers (a digest and a position each)
+
+
+def note_result(ctx, position: int, result_text: str) -> None:
+    """A step at ``position`` recorded this result (its canonical JSON): the state may refer to it."""
+    if len(result_text) < RESULT_MIN:
+        return
+    known = ctx.result_positions
+    known[_digest(result_text)] = position
+    if len(known) > RESULTS_KEPT:
+        del known[next(iter(known))]
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode()).digest()
 
 
 def _size(value: Any) -> int:
@@ -131,24 +157,89 @@ def _delta(prev: dict, state: dict) -> dict:
 _MISSING = object()
 
 
+def _is_ref(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and isinstance(value.get(RESULT_KEY), int)
+
+
+class _Refer:
+    """Replaces recorded results by references in a delta's values and list items."""
+
+    def __init__(self, known: dict[bytes, int]):
+        self.known = known
+        self.used = False
+        self.clash = False  # the state holds a dict shaped like a reference: refer to nothing
+
+    def one(self, value: Any) -> Any:
+        if _is_ref(value):
+            self.clash = True
+            return value
+        if isinstance(value, str) and len(value) < RESULT_MIN - 2:
+            return value
+        if isinstance(value, (str, list, dict)):
+            text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+            if len(text) >= RESULT_MIN and (position := self.known.get(_digest(text))) is not None:
+                self.used = True
+                return {RESULT_KEY: position}
+        return value
+
+    def value(self, value: Any) -> Any:
+        referred = self.one(value)
+        if referred is value and isinstance(value, list):
+            return [self.one(item) for item in value]
+        return referred
+
+    def items(self, values: list) -> list:
+        return [self.one(item) for item in values]
+
+
+def _referring(delta: dict, known: dict[bytes, int]) -> dict:
+    """The delta with references, marked "refs", or the delta as it is when nothing was referred to."""
+    if not known:
+        return delta
+    refer = _Refer(known)
+    out = {**delta, "append": {k: refer.items(v) for k, v in delta.get("append", {}).items()},
+           "set": {k: refer.value(v) for k, v in delta.get("set", {}).items()}}
+    if not refer.used or refer.clash:
+        return delta
+    return {**out, "refs": True}
+
+
+def _whole(state: dict | None, known: dict[bytes, int]) -> tuple[Any, int, tuple[int, int] | None]:
+    if isinstance(state, dict) and known:
+        delta = _referring({"append": {}, "set": state, "unset": []}, known)
+        if delta.get("refs"):
+            stored = {DELTA_KEY: {"base": None, **delta}}
+            size = _size(stored)
+            return stored, size, (size, 0)
+    size = _size(state)
+    return state, size, (size, 0) if state is not None else None
+
+
 def encode_state(ctx, position: int, state: dict | None) -> tuple[Any, int, tuple[int, int] | None]:
     """(what to store, its size, the new (whole_bytes, delta_bytes) chain) for a checkpoint."""
     prev = ctx.checkpointed_state
     chain = ctx.state_chain
     base = ctx.checkpointed_position
+    known = ctx.result_positions
     if state is None or not isinstance(state, dict) or not isinstance(prev, dict) or chain is None or base is None:
-        size = _size(state)
-        return state, size, (size, 0) if state is not None else None
-    stored = {DELTA_KEY: {"base": base, **_delta(prev, state)}}
+        return _whole(state, known)
+    stored = {DELTA_KEY: {"base": base, **_referring(_delta(prev, state), known)}}
     size = _size(stored)
     whole_bytes, delta_bytes = chain
     if delta_bytes + size > whole_bytes:
-        whole = _size(state)
-        return state, whole, (whole, 0)
+        return _whole(state, known)
     return stored, size, (whole_bytes, delta_bytes + size)
 
 
-def _apply(state: dict, delta: dict) -> dict:
+def _apply(state: dict, delta: dict, results: dict[int, Any]) -> dict:
+    if delta.get("refs"):
+        def back(value: Any) -> Any:
+            return results[value[RESULT_KEY]] if _is_ref(value) else value
+
+        delta = {"append": {k: [back(i) for i in v] for k, v in delta.get("append", {}).items()},
+                 "set": {k: [back(i) for i in v] if isinstance(v, list) else back(v)
+                         for k, v in delta.get("set", {}).items()},
+                 "unset": delta.get("unset", [])}
     out = dict(state)
     for key, items in delta.get("append", {}).items():
         out[key] = list(out.get(key, [])) + list(items)
@@ -158,29 +249,56 @@ def _apply(state: dict, delta: dict) -> dict:
     return out
 
 
+def _referred(run_id, chain: list[dict]) -> dict[int, Any]:
+    """The recorded results the chain's deltas refer to (one query; none when they refer to nothing)."""
+    positions: set[int] = set()
+    for delta in chain:
+        if not delta.get("refs"):
+            continue
+        for values in (*delta.get("append", {}).values(), *delta.get("set", {}).values()):
+            for value in values if isinstance(values, list) else [values]:
+                if _is_ref(value):
+                    positions.add(value[RESULT_KEY])
+    if not positions:
+        return {}
+    rows = (SessionEvent.objects.filter(run_id=run_id, kind=EventKind.STEP_COMPLETED, position__in=positions)
+            .order_by("seq").values_list("position", "payload"))
+    results = {position: result_of(payload) for position, payload in rows if "error" not in payload}
+    missing = positions - results.keys()
+    if missing:
+        raise LookupError(f"run {run_id}: the state refers to results the journal lacks (step {min(missing)})")
+    return results
+
+
 def decode_state(run_id, checkpoint: Checkpoint) -> dict | None:
-    """The full agent state of a checkpoint, following its delta chain (one query)."""
+    """The full agent state of a checkpoint, following its delta chain (one query, and one more for
+    the step results it refers to)."""
     state = checkpoint.state
     if not (isinstance(state, dict) and DELTA_KEY in state):
         return state
     chain = [state[DELTA_KEY]]
     wanted = state[DELTA_KEY]["base"]
-    rows = (Checkpoint.objects.filter(run_id=run_id, decision=CheckpointDecision.TAKEN, position__lte=wanted)
-            .order_by("-position", "-id").values_list("position", "state").iterator())
-    base_state = None
-    for pos, st in rows:
-        if pos != wanted:
-            continue
-        if isinstance(st, dict) and DELTA_KEY in st:
-            chain.append(st[DELTA_KEY])
-            wanted = st[DELTA_KEY]["base"]
-            continue
-        base_state = st or {}
-        break
-    else:
-        raise LookupError(f"run {run_id}: the state delta chain of checkpoint {checkpoint.position} is broken")
+    base_state = {} if wanted is None else None
+    if wanted is not None:
+        rows = (Checkpoint.objects.filter(run_id=run_id, decision=CheckpointDecision.TAKEN, position__lte=wanted)
+                .order_by("-position", "-id").values_list("position", "state").iterator())
+        for pos, st in rows:
+            if pos != wanted:
+                continue
+            if isinstance(st, dict) and DELTA_KEY in st:
+                chain.append(st[DELTA_KEY])
+                wanted = st[DELTA_KEY]["base"]
+                if wanted is None:  # a whole copy that refers to results
+                    base_state = {}
+                    break
+                continue
+            base_state = st or {}
+            break
+        else:
+            raise LookupError(f"run {run_id}: the state delta chain of checkpoint {checkpoint.position} is broken")
+    results = _referred(run_id, chain)
     for delta in reversed(chain):
-        base_state = _apply(base_state, delta)
+        base_state = _apply(base_state, delta, results)
     return base_state
 
 

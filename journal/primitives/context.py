@@ -93,6 +93,7 @@ class Context:
         self.checkpointed_state: dict | None = None
         self.checkpointed_position: int | None = None
         self.state_chain: list | None = None
+        self.result_positions: dict[bytes, int] = {}  # results recorded live, which the state may refer to
         self.state_edits: dict[int, dict] = dict(edited_state or {})
         if 1 in self.state_edits:
             self._apply_state_edit()

@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from journal.engine.checkpoints import after_step
+from journal.engine.checkpoints import after_step, note_result
 from journal.engine.protocol import MAX_ARGS_IN_RECORD, begin, call_with_retries, recorded_result, result_payload, span
 from journal.engine.registry import StepDef
 from journal.models.session import EventKind
@@ -62,6 +62,7 @@ def execute(ctx, defn: StepDef, position: int, call: dict, args_hash: str, call_
     after_step(ctx, position, defn, lambda extra: ctx.writer.record(
         EventKind.STEP_COMPLETED, payload, position=position, step_name=defn.name,
         durability=defn.durability, extra=extra, raw=raw), payload)
+    note_result(ctx, position, result_text)
     return result_json
 
 
