@@ -222,6 +222,7 @@ def test_a_resumed_and_a_forked_conversation_read_their_referred_state_back(driv
     journal.signal(run_id, "go")
     drive()  # the resume reads the state back from references, and goes on from it
     assert journal.wait(run_id, 10).output == 30
+    assert _stored_state_bytes(run_id) < 0.3 * 30 * 1010  # its first whole copy refers to the replies before
     last = SessionEvent.objects.filter(run_id=run_id, kind=EventKind.STEP_COMPLETED).order_by("-position")[0]
     assert checkpoints.state_at_checkpoint(run_id, last.position) == _expected(29)  # the last set_state: no step after
     fork_id = journal.fork(run_id, at_step=6)  # the fork's copied checkpoints refer to its copied records

@@ -122,6 +122,13 @@ RESULT_MIN = 256  # bytes of JSON: a shorter result is stored again rather than 
 RESULTS_KEPT = 100_000  # results an execution remembers (a digest and a position each)
 
 
+def note_results(ctx, results: dict[int, Any]) -> None:
+    """Results a resumed execution read back through its checkpoint's references: its next
+    checkpoints refer to them again rather than copying them in."""
+    for position, value in results.items():
+        note_result(ctx, position, json.dumps(value, sort_keys=True, separators=(",", ":")))
+
+
 def note_result(ctx, position: int, result_text: str) -> None:
     """A step at ``position`` recorded this result (its canonical JSON): the state may refer to it."""
     if len(result_text) < RESULT_MIN:
@@ -270,9 +277,9 @@ def _referred(run_id, chain: list[dict]) -> dict[int, Any]:
     return results
 
 
-def decode_state(run_id, checkpoint: Checkpoint) -> dict | None:
+def decode_state(run_id, checkpoint: Checkpoint, referred: dict[int, Any] | None = None) -> dict | None:
     """The full agent state of a checkpoint, following its delta chain (one query, and one more for
-    the step results it refers to)."""
+    the step results it refers to: put in ``referred``, position -> result, when given)."""
     state = checkpoint.state
     if not (isinstance(state, dict) and DELTA_KEY in state):
         return state
@@ -297,6 +304,8 @@ def decode_state(run_id, checkpoint: Checkpoint) -> dict | None:
         else:
             raise LookupError(f"run {run_id}: the state delta chain of checkpoint {checkpoint.position} is broken")
     results = _referred(run_id, chain)
+    if referred is not None:
+        referred.update(results)
     for delta in reversed(chain):
         base_state = _apply(base_state, delta, results)
     return base_state

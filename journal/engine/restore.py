@@ -18,7 +18,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from journal.engine.checkpoints import checkpoint_for, decode_state
+from journal.engine.checkpoints import checkpoint_for, decode_state, note_results
 from journal.engine.sandbox_exec import Limits, isolation, kill_leftovers, sandbox_base, sandbox_root, sandbox_uid
 from journal.models import Checkpoint, CheckpointDecision, Sandbox
 from journal.store import blobs
@@ -228,7 +228,10 @@ def prepare_sandbox(ctx) -> None:
     restore_sandbox(ctx.run_id, manifest)
     ctx.sandbox_manifest = manifest
     if found is not None:
-        ctx.checkpointed_state = decode_state(found.run_id, found)
+        referred: dict = {}
+        ctx.checkpointed_state = decode_state(found.run_id, found, referred)
+        if str(found.run_id) == ctx.run_id:
+            note_results(ctx, referred)
         # Deltas name a base position of this run; a checkpoint inherited through fork lineage is
         # not one, so the next checkpoint stores the state whole (state_chain None).
         ctx.checkpointed_position = found.position if str(found.run_id) == ctx.run_id else None
