@@ -1,6 +1,7 @@
 """The worker's threads keep their database connections from run to run (opening one cost more than a
 short run), close them at shutdown, and recover when the server ended one between runs."""
 
+import subprocess
 import threading
 
 import pytest
@@ -10,6 +11,7 @@ from django.db.backends.signals import connection_created
 import journal
 from journal.driver.worker import EmbeddedWorker
 from journal.models import Run, RunStatus
+from journal.store.thread_connections import close_at_thread_exit
 from tests.agents import crashy  # noqa: F401 - registers "twelve"
 from tests.conftest import wait_for
 
@@ -121,3 +123,28 @@ def test_a_pool_shut_down_while_a_run_is_driven_closes_its_idle_threads_connecti
         _held.set()
     wait_for(lambda: _closed(_raw["held"]), timeout=30, message="the busy thread's connection closed")
     assert journal.get_run(held).status != RunStatus.FAILED  # given back at its next step boundary
+
+
+def test_a_command_forked_beside_a_thread_with_a_closer_leaves_that_threads_connection_alone():
+    """A child forked with a preexec_fn (the sandbox's commands) clears the other threads' locals;
+    their closers must not close the parent's connections there (on PostgreSQL that ended the
+    parent's session on the shared socket; on SQLite the child could hang on a lock)."""
+    ready, done, answers = threading.Event(), threading.Event(), []
+
+    def holder() -> None:
+        close_at_thread_exit()
+        answers.append(Run.objects.count())
+        ready.set()
+        done.wait(60)
+        answers.append(Run.objects.count())  # the same connection, after the fork
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert ready.wait(30)
+        child = subprocess.run(["true"], preexec_fn=lambda: None, timeout=30)
+        assert child.returncode == 0
+    finally:
+        done.set()
+        thread.join(30)
+    assert answers == [answers[0], answers[0]]

@@ -11,10 +11,15 @@ runs, and only idle threads can be asked to close it).
 ``close_at_thread_exit()`` puts a closer in the thread's locals. CPython clears a thread's locals
 in that thread when it ends, and the closer closes the driver connection Django holds for it
 then (the driver's own ``close``: Django's checks the calling thread, and this one is ending).
+
+Only in the process that opened it: a child forked to run a command (``subprocess`` with a
+``preexec_fn``, as the sandbox does) clears the other threads' locals too, and closing there would
+end the parent's PostgreSQL session on the shared socket, or hang on a lock SQLite held at the fork.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -23,8 +28,11 @@ from django.db import DEFAULT_DB_ALIAS, connections
 class _CloseAtThreadExit:
     def __init__(self) -> None:
         self.wrapper = connections[DEFAULT_DB_ALIAS]
+        self.pid = os.getpid()
 
     def __del__(self) -> None:
+        if os.getpid() != self.pid:  # a forked child dropping the parent's threads: not its connection
+            return
         raw = self.wrapper.connection
         if raw is not None:
             try:
