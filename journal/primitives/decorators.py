@@ -19,6 +19,9 @@ from journal.primitives.steps import invoke_step
 from journal.store.errors import WorkflowDefinitionError
 from journal.store.outage import engine_call
 
+# A step called in a workflow: its engine's outages become DatabaseUnavailable (wrapped once, not per call).
+_invoke_step = engine_call(invoke_step)
+
 JOURNAL_DB_ALIAS = DEFAULT_DB_ALIAS  # the engine writes its tables through Django's default database
 
 
@@ -137,7 +140,7 @@ def step(
             ctx = current_or_none()
             if ctx is None or ctx.in_step:
                 return func(*args, **kwargs)  # a plain call (inside another step's body: that body's code)
-            return engine_call(invoke_step)(ctx, defn, args, kwargs)
+            return _invoke_step(ctx, defn, args, kwargs)
 
         wrapper.__durable_step__ = defn  # type: ignore[attr-defined]
         return wrapper

@@ -38,7 +38,7 @@ class _Request:
 
     def __init__(self, item: Any):
         self.item = item
-        self.done = threading.Event()
+        self.done: threading.Event | None = None  # made only for a request that queues: a leader never waits
         self.error: BaseException | None = None
         self.lead = False  # woken to lead the next commit, not because its own one ended
         self.group: list[_Request] = []
@@ -61,11 +61,12 @@ class GroupCommit:
         request = _Request(item)
         with self._lock:
             if self._busy:
+                request.done = threading.Event()
                 self._queue.append(request)
             else:
                 self._busy = True
                 request.lead, request.group = True, [request]
-        if not request.lead:
+        if request.done is not None:
             request.done.wait()
         if request.lead:
             self._lead(request)
@@ -121,7 +122,7 @@ class GroupCommit:
             request.error = exc
 
 
-def enabled() -> bool:
+def enabled(conn: Any = connection) -> bool:
     """``DURABLE_GROUP_COMMIT``, or by default on for SQLite and off for PostgreSQL; never inside the
     caller's own transaction (an atomic step's record must commit with the step's writes, on its connection).
 
@@ -129,7 +130,7 @@ def enabled() -> bool:
     serializes writers that the server would have overlapped: 200 ten-step runs on 8 threads went
     186 runs/s with the queue and 214 without (median of 6 interleaved rounds). SQLite takes one writer
     at a time; its queue is what lets eight runs share one fsync where a disk's fsync is slow."""
-    if connection.in_atomic_block:
+    if conn.in_atomic_block:
         return False
     chosen = getattr(settings, "DURABLE_GROUP_COMMIT", None)
-    return connection.vendor == "sqlite" if chosen is None else bool(chosen)
+    return conn.vendor == "sqlite" if chosen is None else bool(chosen)

@@ -100,6 +100,41 @@ class _SQLiteCursor(_PreparedCursor):
             self._raw.execute(query, params)
         self._logged(sql, params, started, "sqlite3 cursor")
 
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        converted = self._converted.get(sql)
+        if converted is None:
+            converted = self._converted[sql] = (sql.replace("%s", "?"), is_write(sql))
+        query, write = converted
+        started = time.monotonic()
+        queued = getattr(self._conn, "queued", None) if write else None
+        with turn(queued, self._raw.connection, sql):
+            self._raw.executemany(query, rows)
+        self._logged(sql, [len(rows)], started, f"sqlite3 cursor, {len(rows)} rows")
+
+
+def _kept(conn: Any, prepare: bool) -> _PreparedCursor | None:
+    """The connection's kept cursor for hot statements (made on first use), or None when preparing
+    is switched off on PostgreSQL (Django's own cursor serves then)."""
+    if conn.vendor == "sqlite":
+        conn.ensure_connection()
+        raw_connection = conn.connection
+        kept = getattr(conn, "_durable_sqlite", None)
+        if kept is None or kept._raw.connection is not raw_connection:
+            kept = conn._durable_sqlite = _SQLiteCursor(conn, raw_connection.cursor())
+        return kept
+    if not enabled(conn):
+        return None
+    conn.ensure_connection()
+    raw_connection = conn.connection
+    slot = "_durable_prepared" if prepare else "_durable_bound"
+    kept = getattr(conn, slot, None)
+    if kept is None or kept._raw.connection is not raw_connection or kept._raw.closed:
+        if raw_connection.prepare_threshold is None:  # Django's default: prepare=True would be ignored
+            raw_connection.prepare_threshold = PSYCOPG_DEFAULT_THRESHOLD
+        kept = _PreparedCursor(conn, psycopg.Cursor(raw_connection), prepare)
+        setattr(conn, slot, kept)
+    return kept
+
 
 @contextmanager
 def cursor(prepare: bool = True) -> Iterator[Any]:
@@ -110,27 +145,24 @@ def cursor(prepare: bool = True) -> Iterator[Any]:
     each execution for its values: for statements whose values decide which partial index applies
     (a claim's ``status = 'pending'``), which a prepared statement's generic plan could not use."""
     conn = connections[DEFAULT_DB_ALIAS]  # one lookup of the thread's connection, not one per attribute
-    if conn.vendor == "sqlite":
-        conn.ensure_connection()
-        raw_connection = conn.connection
-        kept = getattr(conn, "_durable_sqlite", None)
-        if kept is None or kept._raw.connection is not raw_connection:
-            kept = conn._durable_sqlite = _SQLiteCursor(conn, raw_connection.cursor())
-        with conn.wrap_database_errors:
-            yield kept
-        return
-    if not enabled(conn):
+    kept = _kept(conn, prepare)
+    if kept is None:
         with conn.cursor() as django_cursor:
             yield django_cursor
         return
-    conn.ensure_connection()
-    raw_connection = conn.connection
-    slot = "_durable_prepared" if prepare else "_durable_bound"
-    kept = getattr(conn, slot, None)
-    if kept is None or kept._raw.connection is not raw_connection or kept._raw.closed:
-        if raw_connection.prepare_threshold is None:  # Django's default: prepare=True would be ignored
-            raw_connection.prepare_threshold = PSYCOPG_DEFAULT_THRESHOLD
-        kept = _PreparedCursor(conn, psycopg.Cursor(raw_connection), prepare)
-        setattr(conn, slot, kept)
     with conn.wrap_database_errors:
         yield kept
+
+
+def execute(conn: Any, sql: str, params: Sequence[Any]) -> int:
+    """Run one hot write on ``conn`` (the caller's thread's connection) and return its row count:
+    what ``with cursor() as c: c.execute(...)`` does, without a generator per statement (the
+    journal's append, once per step)."""
+    kept = _kept(conn, True)
+    if kept is None:
+        with conn.cursor() as django_cursor:
+            django_cursor.execute(sql, params)
+            return django_cursor.rowcount
+    with conn.wrap_database_errors:
+        kept.execute(sql, params)
+        return kept.rowcount

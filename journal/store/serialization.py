@@ -211,7 +211,15 @@ def encode(value: Any, *, what: str = "value", limit: bool = True) -> tuple[Any,
     text = dumps(value, what=what)
     if limit:
         check_size(text, what=what)
+    if type(value) in _SAME_AFTER_JSON:  # JSON gives back an equal value of the same type: skip the decode
+        return value, text
     return json.loads(text), text
+
+
+# Types whose value json.loads(json.dumps(v)) returns unchanged (a str that could not be stored was
+# refused by dumps; a float is written as its repr, which reads back exactly). Not bool's subclasses
+# of int, nor str's subclasses: exact types only.
+_SAME_AFTER_JSON = frozenset({int, str, bool, float, type(None)})
 
 
 def to_json(value: Any, *, what: str = "value", limit: bool = True) -> Any:

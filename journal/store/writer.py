@@ -104,9 +104,7 @@ def fenced_append(run_id: uuid.UUID, epoch: int, entries: list[Entry]) -> None:
     if pg and len(entries) >= COPY_ROWS and conn.in_atomic_block:
         inserted = _copy_fenced(run_id, epoch, entries)
     else:
-        with prepared.cursor() as cursor:  # PostgreSQL: parsed and planned once per connection, not per step
-            cursor.execute(sql, params)
-            inserted = cursor.rowcount
+        inserted = prepared.execute(conn, sql, params)  # PostgreSQL: parsed and planned once per connection
     if inserted != len(entries):
         raise LeaseLost(f"run {run_id} was claimed by another worker (epoch {epoch} is stale)")
 
@@ -298,9 +296,10 @@ class JournalWriter:
                  committing: list[bool], names: list[str]) -> None:
         last = batch[-1] if batch else None
         faults.inject("db_write", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
-        if batch and extra is None and not names and groupcommit.enabled():
+        conn = connections[DEFAULT_DB_ALIAS]  # this thread's connection, looked up once for the write
+        if batch and extra is None and not names and groupcommit.enabled(conn):
             committing[0] = True  # the commit may be another thread's: any failure may have come after it
-            _group().submit((self, batch, span_batch))
+            _group(conn.alias).submit((self, batch, span_batch))
         else:
             self._commit(batch, span_batch, committing, extra, names)
         faults.inject("db_reply", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
@@ -447,12 +446,12 @@ _GROUPS: dict[str, groupcommit.GroupCommit] = {}
 _GROUPS_LOCK = threading.Lock()
 
 
-def _group() -> groupcommit.GroupCommit:
+def _group(alias: str = DEFAULT_DB_ALIAS) -> groupcommit.GroupCommit:
     """This process's commit queue for the database the calling thread writes to."""
-    group = _GROUPS.get(connection.alias)
+    group = _GROUPS.get(alias)
     if group is None:
         with _GROUPS_LOCK:
-            group = _GROUPS.setdefault(connection.alias, groupcommit.GroupCommit(_write_one, _write_many))
+            group = _GROUPS.setdefault(alias, groupcommit.GroupCommit(_write_one, _write_many))
     return group
 
 
@@ -465,40 +464,52 @@ _SPAN_DEFAULTS = {"parent_span_id": "", "kind": "step", "position": None, "attem
 
 def _insert_spans(run_id: uuid.UUID, spans: list[dict]) -> None:
     """Raw executemany: the ORM's per-field preparation cost more than the whole step it traced."""
-    pg = connection.vendor == "postgresql"
+    conn = connections[DEFAULT_DB_ALIAS]
+    pg = conn.vendor == "postgresql"
     if pg and len(spans) >= COPY_ROWS:
-        with connection.cursor() as cursor, cursor.cursor.copy(
+        with conn.cursor() as cursor, cursor.cursor.copy(
                 f"COPY journal_tracespan (run_id, {', '.join(_SPAN_COLS)}) FROM STDIN") as copy:
             for span in spans:
-                row = [run_id]
-                for col in _SPAN_COLS:
-                    value = span.get(col, _SPAN_DEFAULTS.get(col))
-                    if col == "attributes":
-                        value = storable_json(json.dumps(value or {}, separators=(",", ":"), default=str))
-                    elif isinstance(value, str):
-                        value = storable_text(value)
-                    row.append(value)
-                copy.write_row(row)
+                copy.write_row(_span_row(run_id, span, pg=True, copying=True))
         return
     placeholders = ", ".join(["%s::jsonb" if pg and c == "attributes" else "%s" for c in ("run_id", *_SPAN_COLS)])
     sql = f"INSERT INTO journal_tracespan (run_id, {', '.join(_SPAN_COLS)}) VALUES ({placeholders})"
-    rows = []
-    for span in spans:
-        row: list[Any] = [run_id if pg else run_id.hex]
-        for col in _SPAN_COLS:
-            value = span.get(col, _SPAN_DEFAULTS.get(col))
-            if col == "attributes":
-                value = storable_json(json.dumps(value or {}, separators=(",", ":"), default=str))
-            elif isinstance(value, str):
-                value = storable_text(value)  # a span's error or name, as it can be stored
-            elif col == "cost":
-                value = Decimal(str(value or 0)) if pg else float(value or 0)
-            elif col in ("started_at", "ended_at") and value is not None and not pg:
-                value = _sqlite_datetime(value)
-            row.append(value)
-        rows.append(row)
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, rows)
+    run_param = run_id if pg else run_id.hex
+    rows = [_span_row(run_param, span, pg=pg) for span in spans]
+    if pg:
+        with conn.cursor() as cursor:
+            cursor.executemany(sql, rows)
+        return
+    with conn.wrap_database_errors:  # sqlite3's own cursor: Django's rewrites the placeholders per call
+        prepared._kept(conn, True).executemany(sql, rows)
+
+
+def _span_row(run_param: Any, span: dict, *, pg: bool, copying: bool = False) -> list[Any]:
+    """A span as the row its columns take (``_SPAN_COLS`` after the run), every text storable.
+
+    Written out column by column: this runs once per traced step, and a loop over the columns
+    with a default and a type test each cost more than the rest of the span's write."""
+    get = span.get
+    started, ended = get("started_at"), get("ended_at")
+    cost = get("cost", 0)
+    attributes = get("attributes")
+    if not pg:
+        started = _sqlite_datetime(started) if started is not None else None
+        ended = _sqlite_datetime(ended) if ended is not None else None
+        cost = float(cost or 0)
+    elif not copying:
+        cost = Decimal(str(cost or 0))
+    return [
+        run_param, _text(get("span_id")), _text(get("parent_span_id", "")), _text(get("name")),
+        _text(get("kind", "step")), get("position"), get("attempt", 1), _text(get("status", "ok")),
+        _text(get("error", "")), started, ended, get("duration_ms", 0.0), _text(get("model", "")),
+        get("tokens_in", 0), get("tokens_out", 0), cost,
+        storable_json(json.dumps(attributes, separators=(",", ":"), default=str)) if attributes else "{}",
+    ]
+
+
+def _text(value: Any) -> Any:
+    return storable_text(value) if isinstance(value, str) else value
 
 
 FOLD_ROWS = 8  # a write carrying at most this many rows may be one statement (PostgreSQL)
