@@ -216,7 +216,9 @@ def prepare_sandbox(ctx) -> None:
         return
     last = max(ctx.recorded, default=0)
     if last == 0 and ctx.run.forked_from_id is None:
-        if root.exists():  # an attempt that crashed before recording anything left files behind
+        # An earlier attempt that crashed before recording anything may have left files behind; a
+        # first attempt has none to find (a short run's drive saves the look at the disk).
+        if ctx.run.attempts > 1 and root.exists():
             restore_sandbox(ctx.run_id, {})
         return
     found = checkpoint_for(ctx.run.id, last)

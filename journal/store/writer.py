@@ -244,6 +244,10 @@ class JournalWriter:
         """Step names in this batch not yet in the search summary: the first time a run records a step
         name its commit carries one more INSERT (ignored if present); later steps of that name, none."""
         named = self._named
+        if len(batch) == 1:  # a sync step's write: no set to build
+            e = batch[0]
+            return [e.step_name] if e.step_name and e.kind == EventKind.STEP_COMPLETED and e.step_name not in named \
+                else []
         names = {e.step_name for e in batch if e.step_name and e.kind == EventKind.STEP_COMPLETED} - named
         return sorted(names)
 
