@@ -66,3 +66,13 @@ def test_recovery_duplicates_and_storage_growth():
     assert "| SQLite | LangGraph | 200 | 20,000,000 | 97.70 | O(n^2.0) |" in md
     assert "| SQLite | floor | 200 | 300,000 | 1.46 | O(n^1.0) |" in md
     assert "## Environment" in md and "- CPU: test CPU, 2 cores" in md and "method text" in md
+
+
+def test_a_crash_round_that_timed_the_resume_gets_a_resumed_row_beside_the_done_row():
+    timed = {**RESULTS, "samples": {**RESULTS["samples"], "recovery": {"sqlite": {
+        "durable-ui": [{"seconds": 1.3, "resumed": 0.7, "duplicates": 0}] * 3,
+        "LangGraph": [{"seconds": 2.0, "resumed": 1.4, "duplicates": 1}] * 3}}}}
+    md = report.render(timed, "")
+    assert _line(md, "SIGKILL mid-run, restart → resumed")[2] == "0.70 (0.70–0.70)"
+    assert _line(md, "SIGKILL mid-run, restart → run done")[2] == "1.30 (1.30–1.30)"
+    assert "restart → resumed" not in report.render(RESULTS, "")  # older results, without the resume's time

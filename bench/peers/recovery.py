@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .databases import Store
-from .workloads import CRASH_STEPS, ROOT
+from .workloads import CRASH_STEP_SECONDS, CRASH_STEPS, ROOT
 
 
 def _child(system: str, store: Store, job: str, log: Path, stderr) -> subprocess.Popen:
@@ -28,8 +28,14 @@ def _child(system: str, store: Store, job: str, log: Path, stderr) -> subprocess
                              "--log", str(log)], cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True)
 
 
+def _lines(log: Path) -> list[tuple[int, float]]:
+    """(step, when its execution ended) per real execution, in order."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [(int(step), float(at)) for step, at in (line.split() for line in lines if line.strip())]
+
+
 def _executions(log: Path) -> list[int]:
-    return [int(line.split()[0]) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+    return [step for step, _ in _lines(log)]
 
 
 def crash_round(system: str, store: Store, workdir: Path, timeout: float = 120) -> dict:
@@ -47,7 +53,8 @@ def crash_round(system: str, store: Store, workdir: Path, timeout: float = 120) 
         first.send_signal(signal.SIGKILL)
         first.wait()
         done_before = len(set(_executions(log)))
-        t0 = time.perf_counter()
+        lines_before = len(_lines(log))
+        t0, wall0 = time.perf_counter(), time.time()
         second = _child(system, store, "crash-resume", log, err)
         line = second.stdout.readline()  # {"done": true} once the run has completed
         seconds = time.perf_counter() - t0
@@ -56,4 +63,7 @@ def crash_round(system: str, store: Store, workdir: Path, timeout: float = 120) 
         raise RuntimeError(f"{system} on {store.kind}: the restarted process did not finish the run (see {err.name})")
     counts = Counter(_executions(log))
     assert sorted(counts) == list(range(CRASH_STEPS)), counts
-    return {"seconds": seconds, "duplicates": sum(c - 1 for c in counts.values()), "done_before_kill": done_before}
+    # Resumed: the new process's first step began (each logs when it ends, CRASH_STEP_SECONDS after it began).
+    resumed = _lines(log)[lines_before][1] - CRASH_STEP_SECONDS - wall0
+    return {"seconds": seconds, "resumed": resumed, "duplicates": sum(c - 1 for c in counts.values()),
+            "done_before_kill": done_before}

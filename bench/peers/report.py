@@ -99,6 +99,10 @@ def rows(results: dict) -> list[Row]:
     for db, name in DATABASES.items():
         if db in s.get("recovery", {}):
             rec = s["recovery"][db]
+            if all("resumed" in r for rows in rec.values() for r in rows):
+                out.append(Row(f"SIGKILL mid-run, restart → resumed (first step began), s, {name}", False,
+                               {sys: Stat.of([r["resumed"] for r in rec[sys]]) if sys in rec else None
+                                for sys in SYSTEMS}, 2))
             out.append(Row(f"SIGKILL mid-run, restart → run done, s, {name}", False,
                            {sys: Stat.of([r["seconds"] for r in rec[sys]]) if sys in rec else None for sys in SYSTEMS},
                            2))

@@ -51,8 +51,9 @@ METHOD = """\
 - Throughput: {runs} runs × {run_steps} trivial steps at each concurrency ({concurrency}), from the first start to the
   last completion.
 - Crash recovery: a run of {crash_steps} steps of {crash_ms} ms, each appending to an outside log file when it really
-  runs; the process is SIGKILLed after {half} steps; a new process starts at once. Time from its start (Python and
-  imports included) to the run being done as that process sees it. durable-ui: a new embedded worker with the default
+  runs; the process is SIGKILLed after {half} steps; a new process starts at once. Times from its start (Python and
+  imports included) to the run resuming (its first step in the new process began, from the log's timestamps) and to
+  the run being done as that process sees it. durable-ui: a new embedded worker with the default
   30 s lease (it registers, sees the dead worker's pid gone, takes its runs); LangGraph: the caller invokes the same
   thread again (nothing else would); DBOS: `DBOS.launch()` again (it recovers the executor's pending workflows).
   Duplicate effects = executions beyond the first, from the log; all are plain steps (at-least-once in every system).
@@ -169,7 +170,7 @@ def main() -> None:
                 say(f"round {r + 1}: {system} on {db}: crash recovery")
                 got = on_fresh(system, db, "crash", lambda st, system=system: recovery.crash_round(system, st, work))
                 samples["recovery"].setdefault(db, {}).setdefault(system, []).append(got)
-                say(f"  {got['seconds']:.2f} s, {got['duplicates']} duplicate(s)")
+                say(f"  resumed {got['resumed']:.2f} s, done {got['seconds']:.2f} s, {got['duplicates']} duplicate(s)")
         p["rounds_done"] = r + 1
         env["load average at end (1, 5, 15 min)"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
         env["bench wall time"] = f"{time.monotonic() - t_start:.0f} s"

@@ -74,8 +74,8 @@ _SQL_CACHE: dict[tuple[str, int], str] = {}
 
 def _sqlite_datetime(value: datetime) -> str:
     """What Django stores for an aware datetime on SQLite (naive UTC text), without its generic checks."""
-    if value.tzinfo is UTC:
-        return str(value.replace(tzinfo=None))
+    if value.tzinfo is UTC:  # the text str() gives the naive value, with its "+00:00" cut off: half the cost
+        return value.isoformat(" ")[:-6]
     return connection.ops.adapt_datetimefield_value(value)
 
 
