@@ -155,7 +155,7 @@ def get(model: type[models.Model], pk: Any) -> models.Model:
 
 # -- writes -----------------------------------------------------------------------------------
 
-_SQL: dict[tuple, str] = {}
+_SQL: dict[tuple, Any] = {}  # compiled statements (and their fields) by shape
 _LOCK = threading.Lock()
 
 
@@ -200,10 +200,10 @@ def update_statement(queryset: models.QuerySet, where: dict[str, Any], values: d
         return None
     shape = ("update", connection.vendor, model, tuple(values),
              tuple((key, len(v) if key.endswith("__in") else None) for key, v in where.items()))
-    sql = _SQL.get(shape)
-    set_fields = _columns(model, values)
-    where_fields = _columns(model, (key.removesuffix("__in") for key in where))
-    if sql is None:
+    cached = _SQL.get(shape)
+    if cached is None:
+        set_fields = _columns(model, values)
+        where_fields = _columns(model, (key.removesuffix("__in") for key in where))
         qn = connection.ops.quote_name
         sets = ", ".join(f"{qn(f.column)} = %s" for f in set_fields)
         conds = " AND ".join(
@@ -211,7 +211,8 @@ def update_statement(queryset: models.QuerySet, where: dict[str, Any], values: d
             for f, (key, v) in zip(where_fields, where.items(), strict=True))
         sql = f"UPDATE {qn(model._meta.db_table)} SET {sets} WHERE {conds}"
         with _LOCK:
-            _SQL[shape] = sql
+            cached = _SQL[shape] = (sql, set_fields, where_fields)  # the fields too: looked up once per shape
+    sql, set_fields, where_fields = cached
     conn = connections[DEFAULT_DB_ALIAS]  # the thread's connection itself, not a proxy looked up per use
     params = [_prepared_for_save(f, v, conn) for f, v in zip(set_fields, values.values(), strict=True)]
     for f, (key, v) in zip(where_fields, where.items(), strict=True):
