@@ -1,7 +1,8 @@
 """The engine's compiled hot queries answer exactly what the ORM answers, with the same Python types."""
 
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from datetime import timezone as dt_timezone
 
 import pytest
 from django.db import IntegrityError, connection, connections
@@ -170,3 +171,8 @@ def test_values_are_prepared_for_the_database_exactly_as_their_fields_prepare_th
     assert frozen._prepared_for_save(tokens, True, conn) == tokens.get_db_prep_save(True, conn)  # a bool is no int
     assert frozen._prepared_for_save(name, 7, conn) == "7"  # another type goes through the field
     assert frozen._prepared_for_lookup(tokens, 3, conn) == 3
+    created = Run._meta.get_field("created_at")  # times: a UTC one takes the short path, the rest Django's
+    for value in (datetime(2026, 12, 2, 5, 6, 7, tzinfo=UTC), datetime(2026, 12, 2, 5, 6, 7, 89, tzinfo=UTC),
+                  datetime(2026, 12, 2, 5, 6, 7, tzinfo=dt_timezone(timedelta(hours=2)))):
+        assert frozen._prepared_for_save(created, value, conn) == created.get_db_prep_save(value, conn), value
+        assert frozen._prepared_for_lookup(created, value, conn) == created.get_db_prep_value(value, conn), value

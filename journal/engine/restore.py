@@ -209,16 +209,17 @@ def prepare_sandbox(ctx) -> None:
     ctx.checkpointed_state = None
     ctx.checkpointed_position = None
     ctx.state_chain = None
+    last = max(ctx.recorded, default=0)
+    fresh = last == 0 and ctx.run.forked_from_id is None
+    if fresh and ctx.run.attempts <= 1:
+        return  # a first attempt of a new run: no files anywhere (a short run's drive skips the disk)
     root = sandbox_root(ctx.run_id)
     if not restore_enabled():
         if root.is_dir():
             ctx.sandbox_manifest = scan_manifest(root)
         return
-    last = max(ctx.recorded, default=0)
-    if last == 0 and ctx.run.forked_from_id is None:
-        # An earlier attempt that crashed before recording anything may have left files behind; a
-        # first attempt has none to find (a short run's drive saves the look at the disk).
-        if ctx.run.attempts > 1 and root.exists():
+    if fresh:
+        if root.exists():  # an earlier attempt that crashed before recording anything left files behind
             restore_sandbox(ctx.run_id, {})
         return
     found = checkpoint_for(ctx.run.id, last)
