@@ -112,7 +112,7 @@ class _SQLiteCursor(_PreparedCursor):
         self._logged(sql, [len(rows)], started, f"sqlite3 cursor, {len(rows)} rows")
 
 
-def _kept(conn: Any, prepare: bool) -> _PreparedCursor | None:
+def kept_cursor(conn: Any, prepare: bool) -> _PreparedCursor | None:
     """The connection's kept cursor for hot statements (made on first use), or None when preparing
     is switched off on PostgreSQL (Django's own cursor serves then)."""
     if conn.vendor == "sqlite":
@@ -145,7 +145,7 @@ def cursor(prepare: bool = True) -> Iterator[Any]:
     each execution for its values: for statements whose values decide which partial index applies
     (a claim's ``status = 'pending'``), which a prepared statement's generic plan could not use."""
     conn = connections[DEFAULT_DB_ALIAS]  # one lookup of the thread's connection, not one per attribute
-    kept = _kept(conn, prepare)
+    kept = kept_cursor(conn, prepare)
     if kept is None:
         with conn.cursor() as django_cursor:
             yield django_cursor
@@ -158,7 +158,7 @@ def execute(conn: Any, sql: str, params: Sequence[Any]) -> int:
     """Run one hot write on ``conn`` (the caller's thread's connection) and return its row count:
     what ``with cursor() as c: c.execute(...)`` does, without a generator per statement (the
     journal's append, once per step)."""
-    kept = _kept(conn, True)
+    kept = kept_cursor(conn, True)
     if kept is None:
         with conn.cursor() as django_cursor:
             django_cursor.execute(sql, params)

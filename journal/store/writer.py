@@ -485,7 +485,7 @@ def _insert_spans(run_id: uuid.UUID, spans: list[dict]) -> None:
             cursor.executemany(sql, rows)
         return
     with conn.wrap_database_errors:  # sqlite3's own cursor: Django's rewrites the placeholders per call
-        prepared._kept(conn, True).executemany(sql, rows)
+        prepared.kept_cursor(conn, True).executemany(sql, rows)
 
 
 def _span_row(run_param: Any, span: dict, *, pg: bool, copying: bool = False) -> list[Any]:
