@@ -67,13 +67,22 @@ def max_nesting() -> int:
 
 @receiver(setting_changed)
 def _setting_changed(setting: str, **kwargs: Any) -> None:
-    global _cached_nesting
+    global _cached_nesting, _cached_payload_bytes
     if setting == "DURABLE_MAX_NESTING":
         _cached_nesting = None
+    elif setting == "DURABLE_MAX_PAYLOAD_BYTES":
+        _cached_payload_bytes = None
+
+
+_cached_payload_bytes: int | None = None
 
 
 def max_payload_bytes() -> int:
-    return int(getattr(settings, "DURABLE_MAX_PAYLOAD_BYTES", 1_000_000))
+    """DURABLE_MAX_PAYLOAD_BYTES, read once (twice per step otherwise); a changed setting is picked up below."""
+    global _cached_payload_bytes
+    if _cached_payload_bytes is None:
+        _cached_payload_bytes = int(getattr(settings, "DURABLE_MAX_PAYLOAD_BYTES", 1_000_000))
+    return _cached_payload_bytes
 
 
 # -- looking at encoded text (fast) ------------------------------------------------------
@@ -174,10 +183,15 @@ def _refuse(value: Any, what: str, fallback: str) -> SerializationError:
 
 
 # -- the door ------------------------------------------------------------------------------
+# json.dumps builds a new encoder on every call with options; these are built once (an encoder
+# keeps no state between calls, so threads share them).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+COMPACT = json.JSONEncoder(separators=(",", ":"))
+
 def dumps(value: Any, *, what: str = "value") -> str:
     """Encode canonically (sorted keys) or raise SerializationError naming the offending path."""
     try:
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        text = _CANONICAL.encode(value)
     except RecursionError:
         raise _refuse(value, what, f"it is nested deeper than {max_nesting()} levels (DURABLE_MAX_NESTING)"
                       ) from None

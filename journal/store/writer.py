@@ -32,7 +32,7 @@ from django.utils import timezone
 from journal.models import EventKind, Run, SessionEvent
 from journal.store import faults, groupcommit, outage, prepared, runstate
 from journal.store.errors import DatabaseUnavailable, LeaseLost
-from journal.store.serialization import storable_json, storable_text
+from journal.store.serialization import COMPACT, storable_json, storable_text
 from journal.store.summaries import record_step_names, step_keys
 
 log = logging.getLogger(__name__)
@@ -168,7 +168,7 @@ class JournalWriter:
         mode = durability or self.mode
         # What a step produced (an error message, command output) is made storable here, the one
         # place every journal entry passes: a NUL or lone surrogate is escaped, never a failed write.
-        text = storable_json(json.dumps(payload, separators=(",", ":")))
+        text = storable_json(COMPACT.encode(payload))
         if raw:
             spliced = ",".join(f'"{key}":{value}' for key, value in raw.items())
             text = f"{text[:-1]},{spliced}}}" if len(text) > 2 else f"{{{spliced}}}"
