@@ -89,8 +89,10 @@ def floor_child(runs: int, steps: int) -> None:
 
 def count(args: list[str]) -> int:
     """Instructions the child process executed (valgrind's "I refs")."""
+    # A fixed hash seed: dicts and sets lay out the same way in every child, so counts repeat exactly.
     out = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-                          sys.executable, __file__, "--child", *args], capture_output=True, text=True)
+                          sys.executable, __file__, "--child", *args], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONHASHSEED": "0"})
     found = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
     if out.returncode != 0 or found is None:
         raise RuntimeError(f"valgrind failed ({out.returncode}):\n{out.stderr[-3000:]}")

@@ -503,11 +503,13 @@ def _span_row(run_param: Any, span: dict, *, pg: bool, copying: bool = False) ->
         cost = float(cost or 0)
     elif not copying:
         cost = Decimal(str(cost or 0))
+    # The span's own id, kind and status are the engine's words (hex, SpanKind, "ok"/"error"); the
+    # texts that can come from outside (names, errors, models, a parent's id) are made storable.
+    model, parent = get("model", ""), get("parent_span_id", "")
     return [
-        run_param, _text(get("span_id")), _text(get("parent_span_id", "")), _text(get("name")),
-        _text(get("kind", "step")), get("position"), get("attempt", 1), _text(get("status", "ok")),
-        _text(get("error", "")), started, ended, get("duration_ms", 0.0), _text(get("model", "")),
-        get("tokens_in", 0), get("tokens_out", 0), cost,
+        run_param, get("span_id"), _text(parent) if parent else parent, _text(get("name")), get("kind", "step"),
+        get("position"), get("attempt", 1), get("status", "ok"), _text(get("error", "")), started, ended,
+        get("duration_ms", 0.0), _text(model) if model else model, get("tokens_in", 0), get("tokens_out", 0), cost,
         storable_json(json.dumps(attributes, separators=(",", ":"), default=str)) if attributes else "{}",
     ]
 
