@@ -489,7 +489,7 @@ def _insert_spans(run_id: uuid.UUID, spans: list[dict]) -> None:
 
 
 def _span_row(run_param: Any, span: dict, *, pg: bool, copying: bool = False) -> list[Any]:
-    """A span as the row its columns take (``_SPAN_COLS`` after the run), every text storable.
+    """A span as the row its columns take (``_SPAN_COLS`` after the run), its outside texts storable.
 
     Written out column by column: this runs once per traced step, and a loop over the columns
     with a default and a type test each cost more than the rest of the span's write."""
