@@ -89,27 +89,24 @@ class _SQLiteCursor(_PreparedCursor):
     _converted: dict[str, tuple[str, bool]] = {}
 
     def execute(self, sql: str, params: Sequence[Any]) -> None:
-        converted = self._converted.get(sql)
-        if converted is None:
-            converted = self._converted[sql] = (sql.replace("%s", "?"), is_write(sql))
-        query, write = converted
-        started = time.monotonic()
-        # A write outside a transaction queues behind this process's other writers (sqlite_backend).
-        queued = getattr(self._conn, "queued", None) if write else None
-        with turn(queued, self._raw.connection, sql):
-            self._raw.execute(query, params)
-        self._logged(sql, params, started, "sqlite3 cursor")
+        self._run(self._raw.execute, sql, params)
+        self._logged(sql, params, self._started, "sqlite3 cursor")
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._run(self._raw.executemany, sql, rows)
+        self._logged(sql, [len(rows)], self._started, f"sqlite3 cursor, {len(rows)} rows")
+
+    def _run(self, call: Any, sql: str, params: Any) -> None:
+        """``call`` (the raw cursor's execute or executemany) with the placeholders converted, a write
+        outside a transaction queued behind this process's other writers (sqlite_backend)."""
         converted = self._converted.get(sql)
         if converted is None:
             converted = self._converted[sql] = (sql.replace("%s", "?"), is_write(sql))
         query, write = converted
-        started = time.monotonic()
+        self._started = time.monotonic()
         queued = getattr(self._conn, "queued", None) if write else None
         with turn(queued, self._raw.connection, sql):
-            self._raw.executemany(query, rows)
-        self._logged(sql, [len(rows)], started, f"sqlite3 cursor, {len(rows)} rows")
+            call(query, params)
 
 
 def kept_cursor(conn: Any, prepare: bool) -> _PreparedCursor | None:
