@@ -1,6 +1,7 @@
 """Settings for durable-ui, read from the environment (see README "Configuration")."""
 
 import os
+from importlib.util import find_spec
 from pathlib import Path
 
 import dj_database_url
@@ -9,6 +10,10 @@ from django.core.exceptions import ImproperlyConfigured
 from durable_ui.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# django-ninja's Swagger UI page and its static files, served from here, not a CDN (runs/api/docs.py).
+# Found without importing ninja, and not an installed app: an app is imported by every process at
+# start-up, and ninja with pydantic cost each worker ~0.12 s before it could resume a run.
+NINJA_DIR = Path(find_spec("ninja").submodule_search_locations[0])
 
 DEBUG = env_bool("DEBUG", False)
 DEV_SECRET_KEY = "insecure-dev-key-set-SECRET_KEY-in-production"
@@ -35,7 +40,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
-    "ninja",  # serves the API docs' Swagger UI from its own static files, not a CDN
     "journal",
     "runs",
     "examples",
@@ -63,7 +67,7 @@ TEMPLATES = [
         # NAME keeps "django": django-template-partials finds the backend to wrap by that name.
         "BACKEND": "durable_ui.templating.DjangoTemplates",
         "NAME": "django",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [BASE_DIR / "templates", NINJA_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -104,7 +108,7 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [BASE_DIR / "static", NINJA_DIR / "static"]
 # In production WhiteNoise serves what collectstatic wrote to STATIC_ROOT: gzip-compressed, names carrying
 # a hash of their content (so browsers may cache them forever). Elsewhere (tests, the demo, runserver with
 # DEBUG off) it serves the source folders as they are: no collectstatic, no manifest, and no STATIC_ROOT
@@ -168,6 +172,7 @@ DURABLE_CELERY_DB_RETRIES = env_int("DURABLE_CELERY_DB_RETRIES", 30, minimum=0)
 # --- the distributed path -------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 DURABLE_CELERY = env_bool("DURABLE_CELERY", False)
+DURABLE_CELERY_APP = "durable_ui.celery"  # imported before the first message is sent (journal/integrations/bell.py)
 CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -12,7 +12,7 @@ class JournalConfig(AppConfig):
     def ready(self) -> None:
         # Imported here because Django's app loading requires it: these modules import models.
         from journal.driver import worker
-        from journal.integrations import checks, discovery, tasks  # noqa: F401  (checks registers system checks)
+        from journal.integrations import bell, checks, discovery  # noqa: F401  (checks registers system checks)
         from journal.operations import retention
         from journal.store import doorbell
 
@@ -24,6 +24,6 @@ class JournalConfig(AppConfig):
                 raise ImproperlyConfigured(f"OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry is not installed "
                                            f"({exc.name}): pip install 'durable-ui[otel]'") from exc
             otel.install()
-        doorbell.set_backend(tasks.ring)  # seams: the store rings, Celery (a higher floor) answers;
+        doorbell.set_backend(bell.ring)  # seams: the store rings, Celery (a higher floor) answers;
         worker.add_housekeeping(retention.purge)  # the driver runs what the operations floor registers
         discovery.autodiscover()

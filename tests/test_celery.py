@@ -162,6 +162,27 @@ def test_a_celery_worker_killed_mid_run_is_recovered_by_another(celery_env, spaw
     assert sum(counts[f"slow {i}"] for i in range(10)) <= 11  # at most the step in flight ran twice
 
 
+def test_a_restarted_celery_worker_takes_the_dead_ones_runs_at_once(celery_env, spawn_celery):
+    """No beat (nothing else would ring for the run) and the default 30 s lease: only the new worker
+    noticing, at its start, that the old one's process is gone can resume the run, and before the
+    lease would have let anyone."""
+    env = {**celery_env, "DURABLE_LEASE_SECONDS": "30"}
+    first = spawn_celery(env, "worker", "a")
+    run_id = journal.start("slow-steps", 6, 0.3)
+    wait_for(lambda: SessionEvent.objects.filter(run_id=run_id, kind=EventKind.STEP_COMPLETED).count() >= 2,
+             timeout=60, message=f"two steps on the first Celery worker\n{first.log()[-3000:]}")
+    holder = journal.get_run(run_id).lease_owner
+    first.kill()
+    second = spawn_celery(env, "worker", "b")
+    run = journal.wait(run_id, timeout=20)  # the lease had 20-30 s left: heartbeats renew it every 10 s
+    assert run.status == RunStatus.COMPLETED, _logs([first, second])
+    recovered = SessionEvent.objects.get(run_id=run_id, kind=EventKind.RUN_RECOVERED)
+    assert recovered.payload["previous_worker"] == holder and str(second.proc.pid) in recovered.actor
+    assert Worker.objects.get(id=holder).stopped_at is not None
+    counts = Counter(waiting.lines())
+    assert sum(counts[f"slow {i}"] for i in range(6)) <= 7, counts  # at most the step in flight ran twice
+
+
 def test_duplicate_and_stale_messages_are_harmless(celery_env, spawn_celery):
     """The lease decides: many messages for one run drive it once; messages for finished runs do nothing."""
     from journal.integrations.tasks import advance_run

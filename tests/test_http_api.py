@@ -1,6 +1,7 @@
 """The HTTP API: token scopes, HMAC-signed webhooks, JSON errors with the right codes, nothing recorded on refusal."""
 
 import json
+import re
 import time
 from io import StringIO
 
@@ -71,6 +72,12 @@ def test_openapi_schema_and_docs_are_published(client):
             "/api/webhooks/{endpoint}/signal"} <= set(schema["paths"])
     docs = client.get("/api/docs")
     assert docs.status_code == 200 and b"cdn." not in docs.content  # Swagger UI from our static files
+    assets = re.findall(r'(?:src|href)="(/static/ninja/[^"]+)"', docs.content.decode())
+    assert {"/static/ninja/swagger-ui-bundle.js", "/static/ninja/swagger-ui.css"} <= set(assets)
+    for asset in assets:  # served by this server (ninja is not an installed app: runs/api/docs.py)
+        served = client.get(asset)
+        served.close()  # a file response holds its file open until closed
+        assert served.status_code == 200, asset
 
 
 @pytest.mark.parametrize("header", [None, "Bearer nope", "Basic abc", "Bearer "])

@@ -5,7 +5,8 @@ embedded worker does (same executor, same fencing), so a duplicated or redeliver
 finds the run already claimed or finished and does nothing. Each Celery worker process
 registers one ``Worker`` row (kind=celery) and heartbeats the leases of the runs it drives,
 reusing EmbeddedWorker's heartbeat; a worker killed mid-run stops heartbeating, its lease
-expires, and beat's ``sweep`` rings for the run so another worker recovers it. A database outage
+expires, and beat's ``sweep`` rings for the run so another worker recovers it; a Celery worker that
+starts on the same host takes such runs at once (``_recover_at_start``). A database outage
 retries the task (see ``advance_run``) and never fails the run or stops the Celery worker.
 """
 
@@ -15,10 +16,11 @@ import logging
 import threading
 
 from celery import shared_task
-from celery.signals import worker_shutting_down
+from celery.signals import worker_ready, worker_shutting_down
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
+from journal.driver import recovery
 from journal.driver.sweeper import runnable_ids, stale_workers
 from journal.driver.worker import EmbeddedWorker
 from journal.operations import retention
@@ -123,10 +125,18 @@ def _give_runs_back(**_kwargs) -> None:
         _worker.request_stop()
 
 
-def ring(run_id: str) -> None:
-    """The doorbell's Celery backend (installed by ``JournalConfig.ready``): one message per wake-up.
-
-    Reads the setting at each ring, so turning ``DURABLE_CELERY`` on or off needs no restart of the seam.
-    """
-    if getattr(settings, "DURABLE_CELERY", False):
-        advance_run.delay(run_id)
+@worker_ready.connect
+def _recover_at_start(**_kwargs) -> None:
+    """A Celery worker that starts takes over at once the runs of this host's workers whose process is
+    gone (``journal.driver.recovery``: pid and start time), and rings for them, as a restarted
+    ``runworker`` does: without it they waited for their leases to expire (30 s by default) and for
+    beat's next sweep. A database that does not answer leaves it to the sweep, as before."""
+    try:
+        if recovery.take_over_dead_local_workers(""):
+            sweep()  # rings for every runnable run: the freed ones among them
+    except Exception as exc:
+        if not is_database_outage(exc):
+            raise
+        _outage.failed(exc)
+    finally:
+        connections.close_all()  # the main process forks its pool next: no child inherits a connection

@@ -28,7 +28,6 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-import psycopg
 from django.conf import settings
 from django.db import DatabaseError, connection, connections, transaction
 
@@ -133,6 +132,8 @@ def listen_database(wake: Callable[[], None], stopping: threading.Event, *, ever
     Runs until ``stopping`` is set, looking at it every ``every`` seconds. A connection that fails
     is opened again after a pause that doubles up to 5 s; meanwhile the worker's poll finds the runs,
     as it always does for a bell missed."""
+    import psycopg  # only a PostgreSQL worker listens: a SQLite process never imports it
+
     params = {"connect_timeout": 5, **connections["default"].get_connection_params()}
     delay = every
     while not stopping.is_set():

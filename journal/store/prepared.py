@@ -23,22 +23,30 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import psycopg
-import psycopg._queries
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from journal.store.sqlite_backend.base import is_write, turn
 
 PSYCOPG_DEFAULT_THRESHOLD = 5  # what psycopg uses when Django does not switch preparing off
 
-# psycopg parses a statement's text for its placeholders on every execute, and caches the parse
-# (a bounded LRU of 128) only for statements of at most 50 parameters. A run's start (the Run row
-# and its first event in one statement, journal.store.frozen.insert_all) has 54: it was parsed anew
-# on every start, 0.26 ms of CPU, a quarter of a short run's. Let the cache take statements of up to
-# 128; psycopg reads the limit at each call, and an unknown attribute (another psycopg) costs nothing.
 CACHED_PARAMS = 128
-if getattr(psycopg._queries, "MAX_CACHED_STATEMENT_PARAMS", CACHED_PARAMS) < CACHED_PARAMS:
-    psycopg._queries.MAX_CACHED_STATEMENT_PARAMS = CACHED_PARAMS
+
+
+def _tune_psycopg() -> Any:
+    """psycopg, imported on the first PostgreSQL cursor (a SQLite process never pays its 80-90 ms of
+    import at start-up), with its parse cache widened.
+
+    psycopg parses a statement's text for its placeholders on every execute, and caches the parse
+    (a bounded LRU of 128) only for statements of at most 50 parameters. A run's start (the Run row
+    and its first event in one statement, journal.store.frozen.insert_all) has 54: it was parsed anew
+    on every start, 0.26 ms of CPU, a quarter of a short run's. Let the cache take statements of up to
+    128; psycopg reads the limit at each call, and an unknown attribute (another psycopg) costs nothing."""
+    import psycopg
+    import psycopg._queries
+
+    if getattr(psycopg._queries, "MAX_CACHED_STATEMENT_PARAMS", CACHED_PARAMS) < CACHED_PARAMS:
+        psycopg._queries.MAX_CACHED_STATEMENT_PARAMS = CACHED_PARAMS
+    return psycopg
 
 
 def enabled(conn: Any = None) -> bool:
@@ -50,7 +58,7 @@ class _PreparedCursor:
     """The part of a DB-API cursor the hot statements use, each ``execute`` a prepared statement.
     One per connection, kept for its life (making a psycopg cursor per step cost more than using one)."""
 
-    def __init__(self, conn: Any, raw: psycopg.Cursor, prepare: bool = True):
+    def __init__(self, conn: Any, raw: Any, prepare: bool = True):
         self._conn = conn
         self._raw = raw
         self._prepare = prepare
@@ -128,7 +136,7 @@ def kept_cursor(conn: Any, prepare: bool) -> _PreparedCursor | None:
     if kept is None or kept._raw.connection is not raw_connection or kept._raw.closed:
         if raw_connection.prepare_threshold is None:  # Django's default: prepare=True would be ignored
             raw_connection.prepare_threshold = PSYCOPG_DEFAULT_THRESHOLD
-        kept = _PreparedCursor(conn, psycopg.Cursor(raw_connection), prepare)
+        kept = _PreparedCursor(conn, _tune_psycopg().Cursor(raw_connection), prepare)
         setattr(conn, slot, kept)
     return kept
 

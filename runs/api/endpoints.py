@@ -45,6 +45,7 @@ from journal.operations.approvals import (
 )
 from runs import queries
 from runs.api.auth import TOLERANCE_SECONDS, ApiError, TokenAuth, require_scope, verify_webhook
+from runs.api.docs import LocalSwagger
 from runs.api.schemas import (
     UNSTORABLE,
     ApprovalOut,
@@ -66,7 +67,7 @@ from runs.api.schemas import (
 from runs.models import AuditEntry, WebhookDelivery
 from runs.validation import unstorable_text
 
-api = NinjaAPI(title="durable-ui API", version="1", urls_namespace="api", auth=TokenAuth(),
+api = NinjaAPI(title="durable-ui API", version="1", urls_namespace="api", auth=TokenAuth(), docs=LocalSwagger(),
                description="Everything the dashboard does: start, list and search runs, read a run's journal "
                            "page by page and its state at any step, send signals, decide approvals, cancel, "
                            "pause, unpause, retry, resume, compensate, fork or re-run from a step, replay-check, "
