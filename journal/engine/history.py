@@ -14,6 +14,7 @@ indexed (run, position) lookups so a click on a 10k-step run costs a handful of 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -61,6 +62,17 @@ _RUN_AND_MARKS = frozen.FrozenQuery(
         journal_last_seq=_seq_of(SessionEvent.objects.filter(run_id=OuterRef("pk"))),
         journal_retry_seq=_seq_of(SessionEvent.objects.filter(_RETRY, run_id=OuterRef("pk"))),
     ).values(*_RUN_FIELDS, "journal_last_seq", "journal_retry_seq"), pk=frozen.SENTINEL_UUID)
+
+
+_RUN = frozen.FrozenQuery(Run, _RUN_FIELDS, lambda _v, pk: Run._base_manager.filter(pk=pk).values(*_RUN_FIELDS),
+                          pk=frozen.SENTINEL_UUID)
+
+
+def read_run(run_id: uuid.UUID) -> Run | None:
+    """The run's row, or None: ``Run.objects.get`` with its SQL compiled once. ``journal.wait`` reads
+    it at every look and the pages and the API at every request; compiling it was most of the read."""
+    rows = _RUN.rows(pk=run_id)
+    return Run.from_db(Run.objects.db, _RUN_FIELDS, [rows[0][name] for name in _RUN_FIELDS]) if rows else None
 
 
 def load_run(run_id) -> tuple[Run, dict, dict, int]:

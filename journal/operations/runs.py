@@ -6,15 +6,16 @@ Views, the HTTP API, the CLI and tests all come through here; each records the a
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from journal.driver.saga import after_cancel_idle, has_effects_to_undo, will_compensate
 from journal.engine import registry
+from journal.engine.history import read_run
 from journal.engine.launch import harness_for, register_harnesses, start_run
 from journal.models import EffectStatus, EventKind, Run, RunStatus, SideEffect, Signal
 from journal.primitives.children import wake_parent
@@ -40,10 +41,16 @@ def refuse_if_erased(run: Run, what: str) -> None:
 
 
 def get_run(run_id) -> Run:
+    """The run with this id (a UUID, its text, or its integer, as the ORM takes them), else RunNotFoundError."""
     try:
-        return Run.objects.get(id=run_id)
-    except (Run.DoesNotExist, ValueError, TypeError, ValidationError):  # ValidationError: not a UUID
-        raise RunNotFoundError(f"no run with id {run_id!r}") from None
+        key = run_id if isinstance(run_id, uuid.UUID) else (
+            uuid.UUID(int=run_id) if isinstance(run_id, int) else uuid.UUID(str(run_id)))
+    except (ValueError, TypeError, AttributeError):
+        key = None
+    run = read_run(key) if key is not None else None
+    if run is None:
+        raise RunNotFoundError(f"no run with id {run_id!r}")
+    return run
 
 
 def signal(run_id, name: str, payload: Any = None, *, actor: str = "", signal_id: str = "") -> Signal:
