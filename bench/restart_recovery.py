@@ -1,6 +1,6 @@
 """SIGKILL a worker mid-run, start a new one: how long until the run is done, and what ran twice?
 
-    .venv/bin/python bench/restart_recovery.py [--rounds 5]
+    .venv/bin/python bench/restart_recovery.py [--rounds 5] [--celery]
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/durable_bench .venv/bin/python bench/restart_recovery.py
 
 Each round: a run of 20 steps of 50 ms starts, a `runworker` process (the default 30 s lease)
@@ -9,7 +9,10 @@ moment the new worker's process is started (Python and Django's start-up include
 the run resumed (its first step in the new worker began), seconds until its completion committed,
 and steps executed twice (the one in flight when the process died is expected: plain steps are
 at-least-once; effects are not).
-Written to bench/results/restart_recovery-<db>.json and .md.
+``--celery``: the distributed path instead, a ``celery -A durable_ui worker`` (threads pool, one slot)
+killed and started again, with Redis at REDIS_URL (database 11 of it, emptied first) and no beat: the
+new worker's start-up takes over the dead one's runs and rings for them (journal.integrations.tasks).
+Written to bench/results/restart_recovery-<db>[-celery].json and .md.
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ if not os.environ.get("DATABASE_URL"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     os.environ["DATABASE_URL"] = f"sqlite:///{db}"
 os.environ["DURABLE_AGENT_MODULES"] = "restart_agents"
+CELERY = "--celery" in sys.argv  # read before Django's settings are: they take the broker from the environment
+if CELERY:
+    os.environ["DURABLE_CELERY"] = "1"
+    base = (os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0").rsplit("/", 1)[0]
+    os.environ["REDIS_URL"] = f"{base}/11"
 os.environ["PYTHONPATH"] = f"{ROOT / 'bench'}:{ROOT}"
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -51,8 +59,10 @@ import journal  # noqa: E402
 
 def worker() -> subprocess.Popen:
     env = {**os.environ, "DURABLE_LEASE_SECONDS": "30"}
-    return subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "runworker", "--poll", "0.05"], env=env,
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = ([sys.executable, "-m", "celery", "-A", "durable_ui", "worker", "--pool", "threads", "-c", "1",
+                "-l", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat"] if CELERY else
+               [sys.executable, str(ROOT / "manage.py"), "runworker", "--poll", "0.05"])
+    return subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def executions(log: Path) -> list[tuple[str, float]]:
@@ -95,27 +105,35 @@ def one_round(log: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--celery", action="store_true", help="the distributed path (needs Redis)")
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
+    if args.celery:
+        import redis
+
+        redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
     log = Path(tempfile.gettempdir()) / "bench-restart-steps.log"
     os.environ["BENCH_RESTART_LOG"] = str(log)
     rows = [one_round(log) for _ in range(args.rounds)]
     secs = [r["seconds_to_done"] for r in rows]
     resumed = [r["seconds_to_resumed"] for r in rows]
-    summary = {"database": connection.vendor, "rounds": rows, "median_s": statistics.median(secs),
+    path = f"{connection.vendor}-celery" if args.celery else connection.vendor
+    summary = {"database": connection.vendor, "worker": "celery" if args.celery else "runworker", "rounds": rows,
+               "median_s": statistics.median(secs),
                "min_s": min(secs), "max_s": max(secs), "resumed_median_s": statistics.median(resumed),
                "resumed_min_s": min(resumed), "resumed_max_s": max(resumed), "lease_seconds": 30,
                "note": "from the new worker's process start (Python + Django included); done includes the "
                        "~0.5 s of remaining steps"}
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"restart_recovery-{connection.vendor}.json").write_text(json.dumps(summary, indent=1))
-    md = ("| database | restart -> resumed, median (min-max) | restart -> run done | steps run twice per crash "
-          "| lease |\n|---|---|---|---|---|\n"
-          f"| {connection.vendor} | {summary['resumed_median_s']:.2f} s ({summary['resumed_min_s']:.2f}-"
+    (out / f"restart_recovery-{path}.json").write_text(json.dumps(summary, indent=1))
+    md = ("| database | worker | restart -> resumed, median (min-max) | restart -> run done | steps run twice "
+          "per crash | lease |\n|---|---|---|---|---|---|\n"
+          f"| {connection.vendor} | {summary['worker']} | {summary['resumed_median_s']:.2f} s "
+          f"({summary['resumed_min_s']:.2f}-"
           f"{summary['resumed_max_s']:.2f}) | {summary['median_s']:.2f} s ({summary['min_s']:.2f}-"
           f"{summary['max_s']:.2f}) | {max(r['steps_run_twice'] for r in rows)} | 30 s |\n")
-    (out / f"restart_recovery-{connection.vendor}.md").write_text(md)
+    (out / f"restart_recovery-{path}.md").write_text(md)
     print(md)
 
 
