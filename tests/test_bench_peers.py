@@ -76,3 +76,25 @@ def test_a_crash_round_that_timed_the_resume_gets_a_resumed_row_beside_the_done_
     assert _line(md, "SIGKILL mid-run, restart → resumed")[2] == "0.70 (0.70–0.70)"
     assert _line(md, "SIGKILL mid-run, restart → run done")[2] == "1.30 (1.30–1.30)"
     assert "restart → resumed" not in report.render(RESULTS, "")  # older results, without the resume's time
+
+
+def test_the_durable_harness_runs_the_timing_workload_end_to_end(tmp_path):
+    """bench/peers/durable.py in its own process, as run.py starts it: one worker kept running across
+    the modes and made again for another concurrency, every run completed, the process ending cleanly."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    db = tmp_path / "peers.sqlite3"
+    store = json.dumps({"kind": "sqlite", "url": f"sqlite:///{db}", "path": str(db)})
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
+    out = subprocess.run([sys.executable, "-m", "bench.peers.workloads", "durable-ui", store, "timing", "--steps", "5",
+                          "--runs", "6", "--run-steps", "2", "--concurrency", "1,3"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(result["per_step"]) == {"sync", "async", "exit"}
+    assert set(result["throughput"]) == {"1", "3"} and all(t["runs_per_s"] > 0 for t in result["throughput"].values())

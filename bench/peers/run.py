@@ -36,8 +36,10 @@ RESULTS = ROOT / "bench" / "results"
 METHOD = """\
 - **The floor**: a minimal journal, one INSERT + COMMIT per step (autocommit) straight through `sqlite3` / psycopg;
   a run is a row inserted, one row per step, the row marked done (n + 2 commits). `bench/peers/floor.py`.
-- **durable-ui**: `@journal.workflow` / `@journal.step`, `journal.start`, an embedded worker (`EmbeddedWorker`, the
-  one `runworker` runs) driving until idle, `journal.wait`. The concurrency is the worker's thread count.
+- **durable-ui**: `@journal.workflow` / `@journal.step`, `journal.start`, `journal.wait`, driven by an embedded
+  worker (`EmbeddedWorker`, the one `runworker` runs) that keeps running between runs, as a deployed one does;
+  the concurrency is its number of slots, made (threads connected) before the timing. A run's time includes
+  its start, the worker's claim of it and the waiter seeing it done.
   `bench/peers/durable.py`.
 - **LangGraph**: a `StateGraph` whose one node loops (one super-step and one checkpoint per step),
   `SqliteSaver` / `PostgresSaver` (a psycopg pool), `invoke(..., durability=mode)`; a run is a new thread.

@@ -68,6 +68,8 @@ def timing(system, steps: int, runs: int, run_steps: int, concurrencies: list[in
         per_step[mode] = {"wall_us": wall / steps * 1e6, "cpu_us": cpu / steps * 1e6}
     throughput = {}
     for c in concurrencies:
+        if hasattr(system, "prepare"):  # a worker with c slots, made outside the timing (durable.py)
+            system.prepare(c)
         wall, cpu = timed(partial(system.many_runs, runs, run_steps, c))
         throughput[str(c)] = {"runs_per_s": runs / wall, "cpu_ms_per_run": cpu / runs * 1e3}
     return {"per_step": per_step, "throughput": throughput}
