@@ -26,4 +26,5 @@ class JournalConfig(AppConfig):
             otel.install()
         doorbell.set_backend(bell.ring)  # seams: the store rings, Celery (a higher floor) answers;
         worker.add_housekeeping(retention.purge)  # the driver runs what the operations floor registers
+        bell.prepare()  # Celery imported at start-up only where it is switched on
         discovery.autodiscover()

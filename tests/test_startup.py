@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 PROBE = """
@@ -22,13 +24,37 @@ print(json.dumps(sorted(m for m in ("celery", "kombu", "psycopg", "ninja", "pyda
 """
 
 
-def test_a_sqlite_worker_starts_without_celery_psycopg_or_the_api(tmp_path):
+def _imported_at_start(tmp_path, **env_vars: str) -> list[str]:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "durable_ui.settings",
-           "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"}
-    env.pop("DURABLE_CELERY", None)
+           "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", **env_vars}
+    if "DURABLE_CELERY" not in env_vars:
+        env.pop("DURABLE_CELERY", None)
     out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=120, check=True).stdout
-    assert json.loads(out.strip().splitlines()[-1]) == []
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_a_sqlite_worker_starts_without_celery_psycopg_or_the_api(tmp_path):
+    assert _imported_at_start(tmp_path) == []
+
+
+def test_a_process_with_celery_switched_on_imports_it_at_start_not_at_its_first_ring(tmp_path):
+    assert {"celery", "kombu"} <= set(_imported_at_start(tmp_path, DURABLE_CELERY="1"))
+
+
+@pytest.mark.django_db
+def test_a_postgresql_connection_widens_psycopgs_parse_cache():
+    """The start's one statement has 54 parameters; psycopg caches the parse of at most 50 unless told."""
+    from django.db import connection
+
+    from journal.store import prepared
+
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL (make test-postgres)")
+    connection.ensure_connection()
+    import psycopg._queries
+
+    assert psycopg._queries.MAX_CACHED_STATEMENT_PARAMS >= prepared.CACHED_PARAMS
 
 
 def test_the_celery_app_is_found_where_celery_looks_for_it():

@@ -15,6 +15,13 @@ from types import ModuleType
 from django.conf import settings
 
 
+def prepare() -> None:
+    """At start-up: a process started with ``DURABLE_CELERY`` on imports the app and the tasks now, not
+    in the request that rings first."""
+    if getattr(settings, "DURABLE_CELERY", False):
+        _tasks()
+
+
 def ring(run_id: str) -> None:
     """One message per wake-up when ``DURABLE_CELERY`` is on (read at each ring: turning it on or off
     needs no restart of the seam)."""

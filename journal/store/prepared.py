@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.signals import connection_created
 
 from journal.store.sqlite_backend.base import is_write, turn
 
@@ -33,8 +34,8 @@ CACHED_PARAMS = 128
 
 
 def _tune_psycopg() -> Any:
-    """psycopg, imported on the first PostgreSQL cursor (a SQLite process never pays its 80-90 ms of
-    import at start-up), with its parse cache widened.
+    """psycopg, imported when the first PostgreSQL connection opens (a SQLite process never pays its
+    80-90 ms of import at start-up), with its parse cache widened.
 
     psycopg parses a statement's text for its placeholders on every execute, and caches the parse
     (a bounded LRU of 128) only for statements of at most 50 parameters. A run's start (the Run row
@@ -47,6 +48,16 @@ def _tune_psycopg() -> Any:
     if getattr(psycopg._queries, "MAX_CACHED_STATEMENT_PARAMS", CACHED_PARAMS) < CACHED_PARAMS:
         psycopg._queries.MAX_CACHED_STATEMENT_PARAMS = CACHED_PARAMS
     return psycopg
+
+
+def _tune_on_connect(sender: Any, connection: Any, **_kwargs: Any) -> None:
+    """Every PostgreSQL connection, the hot statements' and Django's own (``DURABLE_PG_PREPARE=0``), finds
+    the parse cache widened before its first statement."""
+    if connection.vendor == "postgresql":
+        _tune_psycopg()
+
+
+connection_created.connect(_tune_on_connect, dispatch_uid="journal.store.prepared.tune_psycopg")
 
 
 def enabled(conn: Any = None) -> bool:

@@ -18,7 +18,7 @@ _INSERT: dict[tuple[str, int], str] = {}
 
 def record_step_names(run_id: uuid.UUID | str, names: Iterable[str], *, failed: bool = False) -> None:
     """Note that the run recorded these step names (each with its dotted tails); repeats are ignored
-    by the unique index (``ON CONFLICT DO NOTHING`` / ``INSERT OR IGNORE``), so a resumed run may say
+    by the unique index (``ON CONFLICT DO NOTHING``, on both databases), so a resumed run may say
     them again at no cost but a statement.
 
     The statement is written here and kept per shape rather than built by ``bulk_create``: a run's

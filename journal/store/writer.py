@@ -461,9 +461,6 @@ def _group(alias: str = DEFAULT_DB_ALIAS) -> groupcommit.GroupCommit:
 
 _SPAN_COLS = ("span_id", "parent_span_id", "name", "kind", "position", "attempt", "status", "error", "started_at",
               "ended_at", "duration_ms", "model", "tokens_in", "tokens_out", "cost", "attributes")
-_SPAN_DEFAULTS = {"parent_span_id": "", "kind": "step", "position": None, "attempt": 1, "status": "ok", "error": "",
-                  "ended_at": None, "duration_ms": 0.0, "model": "", "tokens_in": 0, "tokens_out": 0, "cost": 0,
-                  "attributes": {}}
 
 
 def _insert_spans(run_id: uuid.UUID, spans: list[dict]) -> None:
@@ -587,20 +584,23 @@ def _append_together(run_id: uuid.UUID, epoch: int, entries: list[Entry], spans:
 
 def _spans_json(spans: list[dict]) -> str:
     """Spans as one JSON array of records, stored as ``_insert_spans`` stores them (a NUL or a lone
-    surrogate in a name or an error becomes its escape as text)."""
+    surrogate in a name or an error becomes its escape as text). Written out key by key, as
+    ``_span_row`` is: a settle carries every span of a short run, and a loop over the columns with a
+    default and a type test each was the settle's largest cost after its round trip."""
     records = []
     for span in spans:
-        record = {}
-        for col in _SPAN_COLS:
-            value = span.get(col, _SPAN_DEFAULTS.get(col))
-            if isinstance(value, datetime):
-                value = value.isoformat()
-            elif col == "attributes":
-                value = value or {}
-            elif col == "cost":
-                value = str(value or 0)
-            record[col] = value
-        records.append(record)
+        get = span.get
+        started, ended = get("started_at"), get("ended_at")
+        records.append({
+            "span_id": get("span_id"), "parent_span_id": get("parent_span_id", ""), "name": get("name"),
+            "kind": get("kind", "step"), "position": get("position"), "attempt": get("attempt", 1),
+            "status": get("status", "ok"), "error": get("error", ""),
+            "started_at": started.isoformat() if isinstance(started, datetime) else started,
+            "ended_at": ended.isoformat() if isinstance(ended, datetime) else ended,
+            "duration_ms": get("duration_ms", 0.0), "model": get("model", ""), "tokens_in": get("tokens_in", 0),
+            "tokens_out": get("tokens_out", 0), "cost": str(get("cost", 0) or 0),
+            "attributes": get("attributes") or {},
+        })
     return storable_json(json.dumps(records, separators=(",", ":"), default=str))
 
 
