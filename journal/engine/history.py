@@ -72,7 +72,12 @@ def read_run(run_id: uuid.UUID) -> Run | None:
     """The run's row, or None: ``Run.objects.get`` with its SQL compiled once. ``journal.wait`` reads
     it at every look and the pages and the API at every request; compiling it was most of the read."""
     rows = _RUN.rows(pk=run_id)
-    return Run.from_db(Run.objects.db, _RUN_FIELDS, [rows[0][name] for name in _RUN_FIELDS]) if rows else None
+    return _run_of(rows[0]) if rows else None
+
+
+def _run_of(row: dict) -> Run:
+    """The model instance of a row read with ``_RUN_FIELDS``, as the ORM would build it."""
+    return Run.from_db(Run.objects.db, _RUN_FIELDS, [row[name] for name in _RUN_FIELDS])
 
 
 def load_run(run_id) -> tuple[Run, dict, dict, int]:
@@ -85,7 +90,7 @@ def load_run(run_id) -> tuple[Run, dict, dict, int]:
     if not rows:
         raise Run.DoesNotExist(f"Run matching query does not exist: {run_id}")
     row = rows[0]
-    run = Run.from_db(Run.objects.db, _RUN_FIELDS, [row[name] for name in _RUN_FIELDS])
+    run = _run_of(row)
     last_seq, retry_seq = row["journal_last_seq"] or 0, row["journal_retry_seq"] or 0
     recorded, markers = _replayable(_POSITIONED.rows(run_id=run_id) if last_seq > 1 else [], retry_seq)
     return run, recorded, markers, last_seq

@@ -133,7 +133,7 @@ def _recover_at_start(**_kwargs) -> None:
     beat's next sweep. At ``worker_init``, before the consumer starts, so the messages are waiting for
     it (0.15 s sooner than at ``worker_ready``). A database that does not answer leaves it to the sweep."""
     try:
-        if recovery.take_over_dead_local_workers(""):
+        if recovery.take_over_dead_local_workers(""):  # "": this process has no Worker row to spare yet
             sweep()  # rings for every runnable run: the freed ones among them
     except Exception as exc:
         if not is_database_outage(exc):
