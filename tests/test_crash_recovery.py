@@ -15,12 +15,20 @@ pytestmark = pytest.mark.django_db(transaction=True)
 AGENTS = "tests.agents.crashy"
 
 
+@pytest.fixture
+def worker_env(worker_env):
+    """The default 30 s lease, not the suite's 2 s: on a loaded machine a worker whose heartbeat came
+    late lost its own run to its own next claim mid-step, and that step counted as run twice. The
+    restarted worker still takes the killed one's runs at once (journal.driver.recovery)."""
+    return lambda agents, **extra: worker_env(agents, **{"DURABLE_LEASE_SECONDS": "30", **extra})
+
+
 def _counts(tmp_path) -> Counter:
     return Counter(crashy.executions(tmp_path))
 
 
 def _finish(env, spawn_worker, run_id, timeout=90):
-    """A fresh worker process; it picks the run up once the dead worker's lease expires."""
+    """A fresh worker process; it takes the dead worker's run at its start (pid gone), lease or not."""
     worker = spawn_worker(env)
     run = journal.wait(run_id, timeout=timeout)
     assert worker.terminate() == 0, worker.log()
