@@ -57,6 +57,43 @@ def test_a_claim_bumps_the_epoch_and_a_stale_writer_is_fenced_off():
     assert not SessionEvent.objects.filter(run_id=run_id, payload__message__in=["zombie write", "again"]).exists()
 
 
+def _lapse(run_id, seconds_ago: float) -> None:
+    Run.objects.filter(id=run_id).update(lease_expires_at=timezone.now() - timedelta(seconds=seconds_ago))
+
+
+@pytest.mark.parametrize("single", [True, False], ids=["one-run-claim", "batch-claim"])
+def test_a_late_heartbeat_does_not_let_a_worker_claim_the_run_it_is_driving(single):
+    """Under load a heartbeat can come after the lease ran out; the worker's own claim loop must not
+    take the run from its own driving thread (that fences the thread out and runs its step again)."""
+    run_id = journal.start("twelve")
+    [first] = leases.claim("worker-a", 1, ttl=30)
+    _lapse(run_id, 1)
+    limit = 1 if single else 4
+    assert leases.claim("worker-a", limit, ttl=30) == []
+    assert leases.claim("worker-a", 1, run_id=run_id, ttl=30) == []
+    [taken] = leases.claim("worker-b", limit, ttl=30)  # any other worker takes a lapsed lease at once
+    assert (str(taken.run_id), taken.epoch, taken.recovered_from) == (run_id, first.epoch + 1, "worker-a")
+
+
+def test_a_run_its_worker_dropped_is_its_own_to_claim_a_lease_later():
+    """Alone, a worker must still recover a run whose driving thread it lost (no other worker will)."""
+    run_id = journal.start("twelve")
+    leases.claim("worker-a", 1, ttl=30)
+    _lapse(run_id, 29)
+    assert leases.claim("worker-a", 1, ttl=30) == []
+    _lapse(run_id, 31)
+    [again] = leases.claim("worker-a", 1, ttl=30)
+    assert str(again.run_id) == run_id and again.recovered_from == "worker-a"
+
+
+def test_a_run_given_back_in_an_outage_is_claimable_by_its_own_worker_at_once():
+    run_id = journal.start("twelve")
+    [first] = leases.claim("worker-a", 1, ttl=30)
+    assert leases.give_back("worker-a", {run_id: first.epoch}, ttl=30) == 1
+    [again] = leases.claim("worker-a", 1, ttl=30)
+    assert str(again.run_id) == run_id and again.epoch == first.epoch + 1
+
+
 def test_a_paused_zombie_worker_process_cannot_append_after_another_took_over(tmp_path, worker_env, spawn_worker):
     run_id = journal.start("twelve", 12, 0)
     env = worker_env(AGENTS, CRASHY_STEP_SLEEP="0.25")

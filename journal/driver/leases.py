@@ -87,10 +87,17 @@ class _GroupRoom:
         return True
 
 
-def _candidates(variant: tuple[bool, int, bool], *, now, run_id):
-    """The runs a claim may take, oldest first: ``variant`` is (one run only, how many, lock them)."""
+def _candidates(variant: tuple[bool, int, bool], *, now, run_id, owner, grace):
+    """The runs a claim may take, oldest first: ``variant`` is (one run only, how many, lock them).
+
+    Not a run whose lease ``owner`` (the claiming worker) let lapse less than a lease ago: that
+    worker is most likely still driving it, its heartbeat late under load, and claiming it from
+    itself would fence out its own driving thread and run the step in flight a second time. A
+    run its owner really dropped (or gave back, see ``give_back``) is its to claim a lease later;
+    any other worker may claim it at once."""
     one, n, lock = variant
-    qs = Run.objects.runnable(now)
+    qs = Run.objects.runnable(now).exclude(lease_owner=owner, status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING],
+                                           lease_expires_at__gte=grace)
     if one:
         qs = qs.filter(id=run_id)
     # In SQL, so a saturated fan-out's waiting children cannot crowd other runs out of the window.
@@ -106,7 +113,8 @@ _CLAIM_FIELDS = ("id", "status", "epoch", "attempts", "started_at", "lease_owner
 # Not a prepared statement: its status values choose the partial indexes (run_pending, run_wake,
 # run_leased) that a generic plan could not use once a table holds many finished runs.
 _CANDIDATES = frozen.FrozenQuery(Run, _CLAIM_FIELDS, _candidates, prepare=False, now=frozen.SENTINEL_TIME,
-                                 run_id=frozen.SENTINEL_UUID)
+                                 run_id=frozen.SENTINEL_UUID, owner=frozen.SENTINEL_TEXT,
+                                 grace=frozen.SENTINEL_EARLIER)
 
 
 def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None) -> list[Claim]:
@@ -117,19 +125,21 @@ def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None
     faults.inject("claim", worker=worker_id)
     now = timezone.now()
     one = run_id is not None
+    values = {"now": now, "owner": worker_id, "grace": now - timedelta(seconds=ttl),
+              **({"run_id": run_id} if one else {})}
     claims: list[Claim] = []
     if connection.vendor == "postgresql":
         if (one or limit == 1) and not _agent_limits():
-            return _claim_one(worker_id, ttl, now, run_id)
+            return _claim_one(worker_id, ttl, now, values)
         with transaction.atomic():
-            rows = _CANDIDATES.rows((one, limit * 2, True), now=now, **({"run_id": run_id} if one else {}))
+            rows = _CANDIDATES.rows((one, limit * 2, True), **values)
             for row in _eligible(rows):
                 if len(claims) >= limit:
                     break
                 _take(row, worker_id, ttl)  # the row is locked: the move cannot miss
                 claims.append(_to_claim(row, now))
         return claims
-    for row in _eligible(_CANDIDATES.rows((one, limit * 4, False), now=now, **({"run_id": run_id} if one else {}))):
+    for row in _eligible(_CANDIDATES.rows((one, limit * 4, False), **values)):
         if len(claims) >= limit:
             break
         if _take(row, worker_id, ttl, epoch=row["epoch"], lease_owner=row["lease_owner"]):
@@ -141,13 +151,12 @@ def _agent_limits() -> bool:
     return any(defn.max_concurrency for defn in registry.workflows().values())
 
 
-def _claim_one(worker_id: str, ttl: int, now, run_id) -> list[Claim]:
+def _claim_one(worker_id: str, ttl: int, now, values: dict) -> list[Claim]:
     """PostgreSQL, one run: the candidate locked and moved in one statement (``runstate.claim_statement``).
 
     What ``_eligible`` would decide needs no Python here: no agent has a limit, and a fan-out group
     the candidate query lets through is below its limit, so it has room for one more."""
-    one = run_id is not None
-    candidates = _CANDIDATES.statement((one, 1, True), now=now, **({"run_id": run_id} if one else {}))
+    candidates = _CANDIDATES.statement(("run_id" in values, 1, True), **values)
     moved = timezone.now()  # stamped after nothing was read, as _take stamps it after the reads
     sql, params = runstate.claim_statement(candidates, lease_owner=worker_id,
                                            lease_expires_at=moved + timedelta(seconds=ttl), now=moved)
@@ -198,13 +207,14 @@ def expire_worker(worker_id: str) -> int:
         lease_expires_at=timezone.now() - timedelta(seconds=1))
 
 
-def give_back(worker_id: str, held: dict) -> int:
-    """Make runs this worker gave up during a database outage claimable at once ({run_id: epoch}).
+def give_back(worker_id: str, held: dict, *, ttl: int | None = None) -> int:
+    """Make runs this worker gave up during a database outage claimable at once ({run_id: epoch}),
+    by itself too: expired more than a lease (``ttl``) ago, as ``claim`` asks of its own runs.
 
     Fenced like every write of a claim: a run another worker claimed meanwhile (a newer epoch) is left
     alone, and the run keeps its status, so the next claim recovers it from its journal.
     """
-    now = timezone.now() - timedelta(seconds=1)
+    now = timezone.now() - timedelta(seconds=(ttl or lease_seconds()) + 1)
     returned = 0
     for run_id, epoch in held.items():
         returned += Run.objects.filter(id=run_id, epoch=epoch, lease_owner=worker_id,

@@ -164,7 +164,7 @@ class EmbeddedWorker:
             held = dict(self._given_back)
         if not held:
             return
-        returned = leases.give_back(self.id, held)
+        returned = leases.give_back(self.id, held, ttl=self.ttl)
         with self._lock:
             for run_id in held:
                 self._given_back.pop(run_id, None)

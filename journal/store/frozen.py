@@ -31,7 +31,9 @@ from django.utils.dateparse import parse_datetime
 from journal.store import prepared
 
 SENTINEL_TIME = datetime(2001, 2, 3, 4, 5, 6, 789012, tzinfo=UTC)
+SENTINEL_EARLIER = datetime(2001, 2, 3, 4, 5, 5, 123456, tzinfo=UTC)  # a second time in one query
 SENTINEL_UUID = uuid.UUID("5e471ae1-0000-4000-8000-00000000f00d")
+SENTINEL_TEXT = "5e471ae1-frozen-query-text"
 
 
 def _adapter(sentinel: Any) -> Callable[[Any], Any]:
