@@ -113,11 +113,45 @@ def test_a_claim_does_not_read_the_whole_backlog_of_pending_runs():
     assert len(leases._oldest(4, values)) == 4
 
 
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's claim; PostgreSQL plans the one condition well")
+def test_a_claim_does_not_read_every_suspended_run_to_find_the_due_timers():
+    """Runs waiting days for an approval or a timer are not the claim's to read: it finds the due
+    timers and lapsed leases along their partial indexes (at 10,000 suspended runs an empty claim
+    cost 1.4-1.9 ms through the status index, 0.04 ms along them)."""
+    now = timezone.now()
+    values = {"now": now, **_own(now)}
+    due = Run.objects.create(agent="twelve", input={}, status=RunStatus.SUSPENDED, wake_at=now - timedelta(seconds=1))
+
+    def suspended(n: int) -> int:
+        later = now + timedelta(days=3)
+        Run.objects.bulk_create([Run(agent="twelve", input={}, status=RunStatus.SUSPENDED,
+                                     wake_at=later if i % 2 else None) for i in range(n - Run.objects.count())])
+        leases._oldest(4, values)
+        return _vm_steps(lambda: leases._oldest(4, values))
+
+    small, large = suspended(50), suspended(2000)
+    assert large < small * 1.5, (small, large)
+    assert [row["id"] for row in leases._oldest(4, values)] == [due.id]
+
+
 def test_a_value_the_query_does_not_use_is_refused_rather_than_ignored():
     query = frozen.FrozenQuery(Run, ("id",), lambda _v, run_id: Run.objects.filter(status="pending").values("id"),
                                run_id=frozen.SENTINEL_UUID)
     with pytest.raises(ValueError, match="run_id"):
         query.rows(run_id=uuid.uuid4())
+
+
+def test_only_plain_words_are_written_into_the_sql_every_other_value_stays_a_parameter():
+    query = frozen.FrozenQuery(
+        Run, ("id",), lambda _v, now: Run.objects.filter(
+            status="pending", lease_owner="", agent="O'Brien; DROP", error="Pending", created_at__lte=now).values("id"),
+        literals=True, now=frozen.SENTINEL_TIME)
+    sql, params = query.statement(None, now=timezone.now())
+    assert "'pending'" in sql and "''" in sql
+    assert "O'Brien" not in sql and "Pending" not in sql
+    assert "O'Brien; DROP" in params and "Pending" in params and len(params) == 3
+    Run.objects.create(agent="O'Brien; DROP", input={}, error="Pending")
+    assert len(query.rows(None, now=timezone.now())) == 1
 
 
 def test_get_builds_the_model_the_orm_would():

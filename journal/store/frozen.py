@@ -16,6 +16,7 @@ other than equality and ``__in``) goes through the ORM as before.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -55,12 +56,13 @@ class FrozenQuery:
     """
 
     def __init__(self, model: type[models.Model], fields: Sequence[str], build: Callable[..., models.QuerySet],
-                 *, prepare: bool = True, **sentinels: Any):
+                 *, prepare: bool = True, literals: bool = False, **sentinels: Any):
         self.model = model
         self.fields = tuple(fields)
         self.build = build
         self.sentinels = sentinels
         self.prepare = prepare  # False: PostgreSQL plans each run for its values (see prepared.cursor)
+        self.literals = literals  # the query's fixed words written into its SQL (see _inline_words)
         self._compiled: dict[tuple, tuple[str, list]] = {}
         self._convert = [_from_db(_field(model, name)) for name in self.fields]
 
@@ -81,7 +83,7 @@ class FrozenQuery:
         missing = set(needed) - {slot for slot, _ in slots if slot}
         if missing:  # a value given was not found in the SQL: it would be ignored, so refuse rather than guess
             raise ValueError(f"{self.model.__name__} query left out {sorted(missing)}")
-        return sql, slots
+        return _inline_words(sql, slots) if self.literals else (sql, slots)
 
     def statement(self, variant: Hashable = None, **values: Any) -> tuple[str, list]:
         """The compiled SQL and its parameters with these values, for a caller that builds on it."""
@@ -103,6 +105,31 @@ class FrozenQuery:
         fields, convert = self.fields, self._convert
         return [{name: conv(value) for name, conv, value in zip(fields, convert, row, strict=True)}
                 for row in fetched]
+
+
+_WORD = re.compile(r"[a-z_]*\Z")
+
+
+def _inline_words(sql: str, slots: list) -> tuple[str, list]:
+    """Write the query's fixed words (a status, an empty owner) into its SQL as literals.
+
+    A partial index (``run_pending``: ``WHERE status = 'pending'``) serves only a query whose SQL
+    says the same: SQLite matches the terms as written, and a prepared PostgreSQL plan is made
+    before any parameter is known. As parameters, the claim's statuses left SQLite reading every
+    suspended run through the status index to find the due timers among them. Only lowercase words
+    and the empty string are written in (nothing needs quoting); every other value stays a parameter."""
+    parts = sql.split("%s")
+    if len(parts) != len(slots) + 1 or "%%" in sql:
+        return sql, slots
+    written, kept = [parts[0]], []
+    for (slot, value), part in zip(slots, parts[1:], strict=True):
+        if slot is None and isinstance(value, str) and _WORD.match(value):
+            written.append(f"'{value}'")
+        else:
+            written.append("%s")
+            kept.append((slot, value))
+        written.append(part)
+    return "".join(written), kept
 
 
 def _field(model: type[models.Model], name: str) -> models.Field | None:
