@@ -107,13 +107,19 @@ def test_a_pool_shut_down_while_a_run_is_driven_closes_its_idle_threads_connecti
     closes its connection as it ends. Before, the connection stayed open until garbage collection."""
     _held.clear()
     _raw.clear()
-    quick, held = journal.start("conn-quick"), journal.start("conn-held")
     worker = EmbeddedWorker(concurrency=2, poll_interval=0.01)
     worker.register()
     try:
-        assert worker.tick() == 2
-        assert journal.wait(quick, timeout=60).status == RunStatus.COMPLETED
+        # The held run first, in its step before the quick one is claimed: claimed together, a loaded
+        # machine could start the second pool thread after the first had finished the quick run and
+        # taken the held one too, and the quick run's connection would then belong to the busy thread.
+        held = journal.start("conn-held")
+        assert worker.tick() == 1
         wait_for(lambda: "held" in _raw, message="the held run's step")
+        quick = journal.start("conn-quick")
+        assert worker.tick() == 1
+        assert journal.wait(quick, timeout=60).status == RunStatus.COMPLETED
+        assert _raw["quick"] is not _raw["held"]
         assert len(worker._active) == 1
     finally:
         worker.shutdown(grace=0.2)  # the held run is still in its step
