@@ -3,6 +3,7 @@
 import uuid
 from datetime import UTC, datetime, timedelta
 from datetime import timezone as dt_timezone
+from decimal import Decimal
 
 import pytest
 from django.db import IntegrityError, connection, connections
@@ -233,6 +234,33 @@ def test_insert_all_writes_every_row_or_none():
     frozen.insert_all([run, good])
     assert Run.objects.get(id=run.id).input == run.input
     assert list(SessionEvent.objects.filter(run_id=run.id).values_list("seq", "payload")) == [(1, {"input": run.input})]
+
+
+@pytest.mark.parametrize("values", [
+    {},
+    {"paused": True, "paused_by": "ops", "pause_reason": "agent paused", "concurrency_limit": 3,
+     "concurrency_key": "g", "cost": Decimal("1.5"), "waited": timedelta(seconds=4), "output": [1, "two"]},
+], ids=["defaults", "named"])
+def test_a_row_inserts_the_columns_the_model_would(values):
+    """``frozen.Row`` leaves a model's defaults to a template prepared once: every column must come out
+    as ``Model(**values)`` inserted by the ORM would have it (but the time it was made)."""
+    by_row, by_model = uuid.uuid4(), uuid.uuid4()
+    common = {"agent": "twelve", "input": {"args": [1], "kwargs": {}}, **values}
+    frozen.insert_all([frozen.Row(Run, id=by_row, **common),
+                       frozen.Row(SessionEvent, run_id=by_row, seq=1, kind=EventKind.RUN_STARTED, payload={"a": 1})])
+    Run.objects.create(id=by_model, **common)
+    SessionEvent.objects.create(run_id=by_model, seq=1, kind=EventKind.RUN_STARTED, payload={"a": 1})
+    row, model = Run.objects.get(id=by_row), Run.objects.get(id=by_model)
+    for field in Run._meta.concrete_fields:
+        if field.name in ("created_at", "updated_at"):  # stamped when each was made
+            assert abs(getattr(row, field.name) - getattr(model, field.name)) < timedelta(minutes=1)
+        elif field.name != "id":
+            assert getattr(row, field.attname) == getattr(model, field.attname), field.name
+    events = [SessionEvent.objects.values("seq", "kind", "position", "step_name", "payload", "actor").get(run_id=rid)
+              for rid in (by_row, by_model)]
+    assert events[0] == events[1]
+    with pytest.raises(TypeError, match="no column"):
+        frozen.insert_all([frozen.Row(Run, id=uuid.uuid4(), agent="twelve", colour="red")])
 
 
 def test_load_run_reads_what_get_and_load_journal_read(drive):

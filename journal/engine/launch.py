@@ -6,6 +6,7 @@ Below the primitives so that a parent's child start (``ctx.child``) and an opera
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -96,18 +97,19 @@ def start_run(workflow: str | Callable[..., Any], args: tuple | list = (), kwarg
     if checkpoint is not None and checkpoint not in registry.CHECKPOINT_POLICIES:
         raise BadArgumentsError(f"checkpoint must be one of {registry.CHECKPOINT_POLICIES}")
     harness_id, pause = _harness_and_pause(defn)
-    run = Run(
+    run_id = run_id or uuid.uuid4()  # a parent records its child's id before creating it
+    run = frozen.Row(
+        Run,
         **({"paused": True, "paused_by": pause["paused_by"], "pause_reason": f"agent paused: {pause['reason']}"}
            if pause else {}),
-        **({"id": run_id} if run_id else {}),  # a parent records its child's id before creating it
-        agent=defn.name, harness_id=harness_id, version=defn.version, fingerprint=defn.fingerprint,
+        id=run_id, agent=defn.name, harness_id=harness_id, version=defn.version, fingerprint=defn.fingerprint,
         input=run_input, durability=durability or defn.durability,
         checkpoint_policy=checkpoint or defn.checkpoint, created_by=actor, parent_id=parent_id,
         concurrency_key=concurrency_key, concurrency_limit=concurrency_limit, subject=subject or "",
     )
-    started = SessionEvent(run_id=run.id, seq=1, kind=EventKind.RUN_STARTED, actor=actor,
-                           payload={"input": run_input, "version": defn.version, "fingerprint": defn.fingerprint})
-    bell = (doorbell.CHANNEL, str(run.id)) if doorbell.database_bell() else None
+    started = frozen.Row(SessionEvent, run_id=run_id, seq=1, kind=EventKind.RUN_STARTED, actor=actor,
+                         payload={"input": run_input, "version": defn.version, "fingerprint": defn.fingerprint})
+    bell = (doorbell.CHANNEL, str(run_id)) if doorbell.database_bell() else None
     frozen.insert_all([run, started], bell=bell)  # the run, its first event, the NOTIFY: all or none, one statement
-    doorbell.notify(run.id, sent=bell is not None)  # in this process once the rows are committed
-    return str(run.id)
+    doorbell.notify(run_id, sent=bell is not None)  # in this process once the rows are committed
+    return str(run_id)
