@@ -345,9 +345,9 @@ def _template(model: type[models.Model]) -> tuple[str, list, frozenset]:
                   and not isinstance(f, models.AutoField | models.BigAutoField | models.SmallAutoField)]
         plan = []
         for f in fields:
-            if _sets_itself(f):
-                if type(f) is not models.DateTimeField:
-                    raise TypeError(f"frozen.Row cannot insert {model.__name__}: {f.name} sets itself on save")
+            if _sets_itself(f) or getattr(f, "db_default", models.NOT_PROVIDED) is not models.NOT_PROVIDED:
+                if type(f) is not models.DateTimeField or not _sets_itself(f):
+                    raise TypeError(f"frozen.Row cannot insert {model.__name__}: {f.name} sets itself")
                 plan.append((f, _NOW))
             elif f.has_default() and callable(f.default):
                 plan.append((f, _CALL))
