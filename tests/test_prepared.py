@@ -2,14 +2,16 @@
 per connection, off with DURABLE_PG_PREPARE=0, errors still Django's (so an outage is still an outage),
 still in Django's query log; SQLite goes through Django's cursor as before."""
 
+import uuid
+
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.db.utils import OperationalError, ProgrammingError
 from django.test.utils import CaptureQueriesContext
 
 import journal
 from journal.driver import leases
-from journal.models import EventKind, SessionEvent
+from journal.models import EventKind, Run, SessionEvent
 from journal.store import outage, prepared
 from journal.store.writer import JournalWriter
 from tests.agents import crashy  # noqa: F401 - registers "twelve"
@@ -86,6 +88,22 @@ def test_on_sqlite_the_append_uses_sqlites_own_cursor_kept_for_the_connection_an
         assert first is second  # one cursor for the connection's life
     with pytest.raises(OperationalError), prepared.cursor() as cursor:  # Django's class, not sqlite3's
         cursor.execute("SELECT no_such_column FROM journal_run WHERE id = %s", [1])
+
+
+def test_on_sqlite_a_write_returning_rows_is_finished_when_execute_returns():
+    """sqlite3 leaves a statement with RETURNING unfinished until its last row is read, and an
+    unfinished statement keeps its connection from committing ("SQL statements in progress"): the
+    kept cursor reads such a write's rows at once (the group commit's insert returns its runs)."""
+    if connection.vendor != "sqlite":
+        pytest.skip("the SQLite path")
+    run_id = journal.start("twelve")
+    with prepared.cursor() as cursor:
+        cursor.execute("UPDATE journal_run SET steps = steps + 1 WHERE id IN (%s, %s) RETURNING steps",
+                       [uuid.UUID(run_id).hex, uuid.UUID(journal.start("twelve")).hex])
+        assert cursor.fetchone() == (1,)  # one of its two rows read
+        with transaction.atomic():  # the connection commits: the statement is not in progress
+            Run.objects.filter(id=run_id).update(error="")
+        assert cursor.fetchone() == (1,) and cursor.fetchone() is None
 
 
 @pytest.mark.postgres

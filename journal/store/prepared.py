@@ -105,11 +105,23 @@ class _SQLiteCursor(_PreparedCursor):
     placeholders converted once (Django's wrapper rewrites %s to ? with a regex on every execute); the
     sqlite3 module keeps the compiled statement in its cache by text."""
 
-    _converted: dict[str, tuple[str, bool]] = {}
+    _converted: dict[str, tuple[str, bool, bool]] = {}
+    _rows: list[tuple] | None = None  # a write's RETURNING rows, read while it held the writers' turn
 
     def execute(self, sql: str, params: Sequence[Any]) -> None:
         self._run(self._raw.execute, sql, params)
         self._logged(sql, params, self._started, "sqlite3 cursor")
+
+    def fetchone(self) -> tuple | None:
+        if self._rows is not None:
+            return self._rows.pop(0) if self._rows else None
+        return self._raw.fetchone()
+
+    def fetchall(self) -> list[tuple]:
+        if self._rows is not None:
+            rows, self._rows = self._rows, None
+            return rows
+        return self._raw.fetchall()
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self._run(self._raw.executemany, sql, rows)
@@ -120,12 +132,16 @@ class _SQLiteCursor(_PreparedCursor):
         outside a transaction queued behind this process's other writers (sqlite_backend)."""
         converted = self._converted.get(sql)
         if converted is None:
-            converted = self._converted[sql] = (sql.replace("%s", "?"), is_write(sql))
-        query, write = converted
+            write = is_write(sql)
+            converted = self._converted[sql] = (sql.replace("%s", "?"), write, write and " RETURNING " in sql)
+        query, write, returning = converted
         self._started = time.monotonic()
+        self._rows = None
         queued = getattr(self._conn, "queued", None) if write else None
         with turn(queued, self._raw.connection, sql):
             call(query, params)
+            if returning:  # sqlite3 finishes such a statement only when its last row is read, and until
+                self._rows = self._raw.fetchall()  # then its connection cannot commit: read them now
 
 
 def kept_cursor(conn: Any, prepare: bool) -> _PreparedCursor | None:
