@@ -397,9 +397,9 @@ def _write_one(item: tuple[JournalWriter, list[Entry], list[dict]]) -> None:
 def _write_many(items: Sequence[tuple[JournalWriter, list[Entry], list[dict]]]) -> dict[int, BaseException]:
     """Several runs' rows in one commit, each behind its own run's fence.
 
-    PostgreSQL: one autocommitted statement for all of them (a single round trip) when no spans ride
-    along; the rows it returns say whose fence held. SQLite: one statement per run inside one
-    transaction, so one fsync for all (its statements cost no round trip)."""
+    One autocommitted statement for all of them (``_fenced_insert_group``: one round trip on
+    PostgreSQL, one fsync on SQLite) when no spans ride along; the rows it returns say whose fence
+    held. Otherwise one statement per run inside one transaction."""
     rows = sum(len(batch) for _, batch, _ in items)
     if rows <= GROUP_ROWS and not any(spans for _, _, spans in items):
         inserted = _fenced_insert_group([(w.run_id, w.epoch, batch) for w, batch, _ in items])
