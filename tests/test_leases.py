@@ -94,6 +94,22 @@ def test_a_run_given_back_in_an_outage_is_claimable_by_its_own_worker_at_once():
     assert str(again.run_id) == run_id and again.epoch == first.epoch + 1
 
 
+@pytest.mark.parametrize("limit", [1, 4], ids=["one-run-claim", "batch-claim"])
+def test_the_running_children_of_a_full_fan_out_group_are_recovered_when_their_worker_dies(limit):
+    """A group at its limit counted its own running children against them: once their worker died
+    no claim took them back (the group was full of them), and the fan-out never finished."""
+    group = {"concurrency_key": "fan-out-g", "concurrency_limit": 2}
+    running = [journal.start_run("twelve", (), {}, **group) for _ in range(2)]
+    waiting = journal.start_run("twelve", (), {}, **group)
+    assert {str(c.run_id) for c in leases.claim("worker-dead", 4, ttl=30)} == set(running)  # the third waits
+    for run_id in running:
+        _lapse(run_id, 1)
+    taken = [c for _ in range(2) for c in leases.claim("worker-new", limit, ttl=30)]
+    assert {str(c.run_id) for c in taken} == set(running)
+    assert {c.recovered_from for c in taken} == {"worker-dead"}
+    assert Run.objects.get(id=waiting).status == RunStatus.PENDING  # the group is still full
+
+
 def test_a_paused_zombie_worker_process_cannot_append_after_another_took_over(tmp_path, worker_env, spawn_worker):
     run_id = journal.start("twelve", 12, 0)
     env = worker_env(AGENTS, CRASHY_STEP_SLEEP="0.25")

@@ -56,11 +56,16 @@ def _over_limit(candidates: list[dict]) -> set[str]:
 
 
 def _room():
-    """Not a child of a fan-out group already running as many children as its limit allows.
+    """Not a run that would start another child of a fan-out group already running as many children
+    as its limit allows.
 
-    A subquery, so the claim stays one statement; asked only of a run that has a group, so a claim
+    Only a pending child or a waking one would: a running child whose worker died already counts
+    among its group's running ones (before, a group whose every running child had lost its worker
+    counted as full, and none of them was ever recovered), and a compensating one never counts. A
+    subquery, so the claim stays one statement; asked only of a run that has a group, so a claim
     among runs of none never counts the running ones (SQLite evaluates it on first use)."""
-    return Q(concurrency_key="") | ~Q(concurrency_key__in=_full_groups())
+    return (Q(concurrency_key="") | Q(status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING])
+            | ~Q(concurrency_key__in=_full_groups()))
 
 
 def _full_groups():
@@ -214,8 +219,9 @@ def _agent_limits() -> bool:
 def _claim_one(worker_id: str, ttl: int, now, values: dict) -> list[Claim]:
     """PostgreSQL, one run: the candidate locked and moved in one statement (``runstate.claim_statement``).
 
-    What ``_eligible`` would decide needs no Python here: no agent has a limit, and a fan-out group
-    the candidate query lets through is below its limit, so it has room for one more."""
+    What ``_eligible`` would decide needs no Python here: no agent has a limit, a pending or waking
+    child the candidate query lets through belongs to a group below its limit, so it has room for
+    one more, and a running child it recovers already holds its place."""
     candidates = _CANDIDATES.statement(("run_id" in values, 1, True), **values)
     moved = timezone.now()  # stamped after nothing was read, as _take stamps it after the reads
     sql, params = runstate.claim_statement(candidates, lease_owner=worker_id,
