@@ -5,6 +5,7 @@ import pytest
 import journal
 from journal.models import EventKind, Run, RunStatus, SessionEvent
 from tests.agents import waiting
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 AGENTS = "tests.agents.waiting"
@@ -112,3 +113,21 @@ def test_a_crash_right_after_starting_a_child_does_not_start_a_second_one(tmp_pa
     assert run.output == 17
     assert Run.objects.filter(parent_id=run_id).count() == 1
     assert waiting.lines() == ["square 4"]
+
+
+def test_a_fan_out_whose_worker_died_with_its_group_full_is_finished_by_the_next(tmp_path, worker_env, spawn_worker):
+    """SIGKILL the worker while a limit-2 group runs two slow children: the next worker takes them back
+    (their group is full of them) and the fan-out finishes. Before, no claim took them: it never did."""
+    run_id = journal.start("slow-fan-out", [1, 2, 3], 2)
+    env = worker_env(AGENTS, DURABLE_LEASE_SECONDS="30")
+    first = spawn_worker(env, "--concurrency", "4")
+    wait_for(lambda: Run.objects.filter(parent_id=run_id, status=RunStatus.RUNNING).count() == 2
+             and len(waiting.lines()) >= 2, timeout=60, message="two children in their steps")
+    first.kill()
+    second = spawn_worker(env, "--concurrency", "4")
+    run = journal.wait(run_id, timeout=60)
+    assert second.terminate() == 0, second.log()
+    assert run.status == RunStatus.COMPLETED, (run.status, run.error)
+    assert run.output == [2, 4, 6]
+    children = Run.objects.filter(parent_id=run_id)
+    assert children.count() == 3 and all(c.status == RunStatus.COMPLETED for c in children)

@@ -106,3 +106,13 @@ def slow_steps(ctx, n: int = 10, seconds: float = 0.3, wait_first: bool = False)
     if wait_first:
         ctx.wait_for_signal("go")
     return sum(slow(i, seconds) for i in range(n))
+
+
+@journal.workflow(name="slow-child")
+def slow_child(ctx, i: int) -> int:
+    return slow(i, 0.5) + slow(i, 0.5)
+
+
+@journal.workflow(name="slow-fan-out")
+def slow_fan_out(ctx, items: list, concurrency: int = 2) -> list:
+    return ctx.map_children(slow_child, items, concurrency=concurrency)
