@@ -99,6 +99,11 @@ class _GroupRoom:
         return True
 
 
+def _not_lapsed_by(owner: str, grace) -> Q:
+    """Not a run whose lease ``owner`` let lapse since ``grace`` (see ``_candidates``)."""
+    return ~Q(lease_owner=owner, status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING], lease_expires_at__gte=grace)
+
+
 def _candidates(variant: tuple[bool, int, bool], *, now, run_id, owner, grace):
     """The runs a claim may take, oldest first: ``variant`` is (one run only, how many, lock them).
 
@@ -108,8 +113,7 @@ def _candidates(variant: tuple[bool, int, bool], *, now, run_id, owner, grace):
     run its owner really dropped (or gave back, see ``give_back``) is its to claim a lease later;
     any other worker may claim it at once."""
     one, n, lock = variant
-    qs = Run.objects.runnable(now).exclude(lease_owner=owner, status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING],
-                                           lease_expires_at__gte=grace)
+    qs = Run.objects.runnable(now).filter(_not_lapsed_by(owner, grace))
     if one:
         qs = qs.filter(id=run_id)
     # In SQL, so a saturated fan-out's waiting children cannot crowd other runs out of the window.
@@ -136,7 +140,7 @@ def _of_kind(variant: tuple[int, int], *, now=None, owner=None, grace=None):
     kind, n = variant
     qs = Run.objects.filter(runnable_kinds(now)[kind])
     if kind == _LAPSED:
-        qs = qs.exclude(lease_owner=owner, lease_expires_at__gte=grace)
+        qs = qs.filter(_not_lapsed_by(owner, grace))
     return qs.filter(_room()).order_by("created_at").values(*_KIND_FIELDS)[:n]
 
 

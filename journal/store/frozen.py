@@ -294,6 +294,12 @@ def update(queryset: models.QuerySet, where: dict[str, Any], values: dict[str, A
         return cursor.rowcount
 
 
+def _insert_sql(model: type[models.Model], fields: Sequence[models.Field]) -> str:
+    qn = connection.ops.quote_name
+    return (f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+            f"VALUES ({', '.join(['%s'] * len(fields))})")
+
+
 def _insert_parts(obj: models.Model) -> tuple[bool, str, list]:
     """(whether the database assigns the key, the cached INSERT without RETURNING, its parameters)."""
     model = type(obj)
@@ -304,9 +310,7 @@ def _insert_parts(obj: models.Model) -> tuple[bool, str, list]:
     cached = _SQL.get(shape)
     if cached is None:
         fields = [f for f in model._meta.concrete_fields if not f.generated and not (auto and f is pk)]
-        qn = connection.ops.quote_name
-        sql = (f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
-               f"VALUES ({', '.join(['%s'] * len(fields))})")
+        sql = _insert_sql(model, fields)
         with _LOCK:
             # (field, attribute to read) per column; None where pre_save must give the value (auto_now)
             cached = _SQL[shape] = (sql, [(f, None if _sets_itself(f) else f.attname) for f in fields])
@@ -353,9 +357,7 @@ def _template(model: type[models.Model]) -> tuple[str, list, frozenset]:
                 plan.append((f, _CALL))
             else:
                 plan.append((f, _prepared_for_save(f, f.get_default(), conn)))
-        qn = connection.ops.quote_name
-        sql = (f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
-               f"VALUES ({', '.join(['%s'] * len(fields))})")
+        sql = _insert_sql(model, fields)
         with _LOCK:
             cached = _SQL[shape] = (sql, plan, frozenset(f.attname for f in fields))
     return cached
