@@ -42,7 +42,7 @@ def test_the_append_is_prepared_once_per_connection_and_logged_like_any_query():
         _append_three()
     assert _prepared_appends() == 1  # three appends, one statement, planned once
     appends = [q["sql"] for q in queries.captured_queries if "INSERT INTO journal_sessionevent" in q["sql"]]
-    assert len(appends) >= 3 and all("-- prepared" in sql for sql in appends[-3:])
+    assert len(appends) >= 3 and all("-- libpq" in sql for sql in appends[-3:])  # prepared, through wire.py
 
 
 @pytest.mark.postgres

@@ -289,9 +289,7 @@ def update(queryset: models.QuerySet, where: dict[str, Any], values: dict[str, A
     statement = update_statement(queryset, where, values)
     if statement is None:
         return queryset.filter(**where).update(**values)
-    with prepared.cursor() as cursor:  # PostgreSQL: planned once per connection
-        cursor.execute(*statement)
-        return cursor.rowcount
+    return prepared.execute(connections[DEFAULT_DB_ALIAS], *statement)  # PostgreSQL: planned once per connection
 
 
 def _insert_sql(model: type[models.Model], fields: Sequence[models.Field]) -> str:
@@ -428,8 +426,8 @@ def insert_all(objs: Sequence[models.Model | Row], *, bell: tuple[str, str] | No
             with _LOCK:
                 _SQL[shape] = statement
         values = [value for _a, _s, params in parts[:-1] for value in params]
-        with prepared.cursor() as cursor:  # planned once per connection
-            cursor.execute(statement, [*values, *(bell or ()), *parts[-1][2]])
+        # planned once per connection
+        prepared.execute(connections[DEFAULT_DB_ALIAS], statement, [*values, *(bell or ()), *parts[-1][2]])
     for obj in objs:
         if type(obj) is not Row:
             _inserted(obj)

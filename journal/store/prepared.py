@@ -26,6 +26,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.signals import connection_created
 
+from journal.store import wire
 from journal.store.sqlite_backend.base import is_write, turn
 
 PSYCOPG_DEFAULT_THRESHOLD = 5  # what psycopg uses when Django does not switch preparing off
@@ -189,7 +190,12 @@ def cursor(prepare: bool = True) -> Iterator[Any]:
 def execute(conn: Any, sql: str, params: Sequence[Any]) -> int:
     """Run one hot write on ``conn`` (the caller's thread's connection) and return its row count:
     what ``with cursor() as c: c.execute(...)`` does, without a generator per statement (the
-    journal's append, once per step)."""
+    journal's append, once per step). On PostgreSQL straight through libpq (``journal.store.wire``)
+    when its values allow."""
+    if conn.vendor == "postgresql" and enabled(conn):
+        count = wire.execute(conn, sql, params)
+        if count is not None:
+            return count
     kept = kept_cursor(conn, True)
     if kept is None:
         with conn.cursor() as django_cursor:

@@ -592,10 +592,8 @@ def _append_together(run_id: uuid.UUID, epoch: int, entries: list[Entry], spans:
         params += [run_id, key]
     for e in entries:
         params += [run_id, e.seq, e.kind, e.position, e.step_name, e.payload, e.actor, e.created_at]
-    with prepared.cursor() as cursor:
-        cursor.execute(sql, params)
-        if cursor.rowcount != len(entries):
-            raise LeaseLost(f"run {run_id} was claimed by another worker (epoch {epoch} is stale)")
+    if prepared.execute(connections[DEFAULT_DB_ALIAS], sql, params) != len(entries):
+        raise LeaseLost(f"run {run_id} was claimed by another worker (epoch {epoch} is stale)")
 
 
 def _spans_json(spans: list[dict]) -> str:
