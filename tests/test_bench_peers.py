@@ -3,6 +3,8 @@ the ratios to the floor and to the best peer (no peer installed: the report is a
 
 from __future__ import annotations
 
+import pytest
+
 from bench.peers import report
 
 RESULTS = {
@@ -98,3 +100,37 @@ def test_the_durable_harness_runs_the_timing_workload_end_to_end(tmp_path):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(result["per_step"]) == {"sync", "async", "exit"}
     assert set(result["throughput"]) == {"1", "3"} and all(t["runs_per_s"] > 0 for t in result["throughput"].values())
+
+
+def test_cpu_per_run_adds_the_servers_cpu_to_the_clients_and_the_server_row_is_postgresql_only():
+    both = {**RESULTS, "samples": {**RESULTS["samples"],
+                                   "run_cpu": {"postgres": {"floor": {"8": [3.0, 3.2, 2.8]},
+                                                            "durable-ui": {"8": [12.0, 13.0, 11.0]}}},
+                                   "per_step_server_cpu": {"postgres": {"floor": {"sync": [40.0]},
+                                                                        "durable-ui": {"sync": [80.0]}}},
+                                   "throughput": {**RESULTS["samples"]["throughput"], "postgres": {}}}}
+    md = report.render(both, "")
+    cells = _line(md, "CPU ms per run, client + server, 8 concurrent, PostgreSQL")
+    assert cells[1:3] == ["3.00 (2.80–3.20)", "12.00 (11.00–13.00)"] and cells[5] == "4.00×"
+    assert _line(md, "server CPU µs per step, sync, PostgreSQL")[5] == "2.00×"
+    assert "server CPU µs per step, sync, SQLite" not in md
+
+
+@pytest.mark.django_db
+def test_the_server_cpu_of_a_local_postgresql_grows_with_the_work_it_is_given():
+    """bench/peers/databases.server_cpu_seconds reads the server's processes from /proc: a query that
+    keeps a backend busy shows up in it, and SQLite has no server to read."""
+    from django.db import connection
+
+    from bench.peers.databases import Store, server_cpu_seconds
+
+    if connection.vendor != "postgresql":
+        assert server_cpu_seconds(Store("sqlite", "sqlite:///x", path="x")) is None
+        return
+    store = Store("postgres", "postgres://unused")  # the server is found by its processes, not its address
+    before = server_cpu_seconds(store)
+    if before is None:
+        pytest.skip("the PostgreSQL server runs on another machine: no /proc to read")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM generate_series(1, 3000000)")
+    assert server_cpu_seconds(store) - before >= 0.05

@@ -72,3 +72,34 @@ def disk_bytes(store: Store) -> int:
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE c.relkind IN ('r', 'p', 'm') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
             "AND n.nspname NOT LIKE 'pg_toast%'").fetchone()[0])
+
+
+def server_cpu_seconds(store: Store) -> float | None:
+    """CPU seconds the PostgreSQL server has used so far (the postmaster, every live backend and, through
+    the postmaster's reaped-children counters, every backend that has exited), read from /proc; None for
+    SQLite (its work is the client's own CPU) or a server this machine does not run.
+
+    The difference over a workload is its server-side CPU, which the client's ``process_time`` cannot
+    see: with the client's, it bounds the runs/s that this machine's cores can give."""
+    if store.kind != "postgres":
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, list[str]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                name, rest = f.read().rsplit(")", 1)
+        except OSError:  # it exited meanwhile: its time is in its parent's reaped counters now
+            continue
+        if name.endswith("(postgres"):
+            stats[int(entry.name)] = rest.split()
+    if not stats:
+        return None
+    total = 0
+    for fields in stats.values():  # fields[0] is the state; utime, stime, cutime, cstime are 11-14
+        total += int(fields[11]) + int(fields[12])
+        if int(fields[1]) not in stats:  # the postmaster: its parent is not a postgres process
+            total += int(fields[13]) + int(fields[14])
+    return total / ticks

@@ -86,11 +86,17 @@ def rows(results: dict) -> list[Row]:
         for db, name in DATABASES.items():
             if db in s.get("per_step_cpu", {}):
                 out.append(Row(f"CPU µs per step, {mode}, {name}", False, stats(s["per_step_cpu"], db, mode)))
+            if db in s.get("per_step_server_cpu", {}):
+                out.append(Row(f"server CPU µs per step, {mode}, {name}", False,
+                               stats(s["per_step_server_cpu"], db, mode)))
     for c in p["concurrency"]:
         for db, name in DATABASES.items():
             if db in s["throughput"]:
                 out.append(Row(f"runs/s, {p['runs']} runs × {p['run_steps']} steps, {c} concurrent, {name}", True,
                                stats(s["throughput"], db, str(c)), 1))
+            if db in s.get("run_cpu", {}):  # with the cores, what bounds the row above
+                out.append(Row(f"CPU ms per run, client + server, {c} concurrent, {name}", False,
+                               stats(s["run_cpu"], db, str(c)), 2))
     for db, name in DATABASES.items():
         if db in s.get("storage", {}):
             out.append(Row(f"storage, bytes per payload byte, {p['messages'][-1]} × 1 KiB conversation, {name}",

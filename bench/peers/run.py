@@ -52,6 +52,10 @@ METHOD = """\
   process; CPU = the process's CPU time (all threads) over the same span.
 - Throughput: {runs} runs × {run_steps} trivial steps at each concurrency ({concurrency}), from the first start to the
   last completion.
+- Server CPU (PostgreSQL): the CPU the local server used over the same span, the postmaster and every backend read
+  from /proc (backends that exited meanwhile through the postmaster's reaped-children counters), background
+  processes included. "CPU ms per run, client + server" adds it to the process's own: with the machine's cores
+  it bounds the runs/s a system can reach here (2 cores: at most 2,000 ÷ that number).
 - Crash recovery: a run of {crash_steps} steps of {crash_ms} ms, each appending to an outside log file when it really
   runs; the process is SIGKILLed after {half} steps; a new process starts at once. Times from its start (Python and
   imports included) to the run resuming (its first step in the new process began, from the log's timestamps) and to
@@ -128,7 +132,8 @@ def main() -> None:
     systems = [s for s in SYSTEMS if s in args.systems.split(",")]
     dbs = ["sqlite"] if args.no_postgres else ["postgres"] if args.only_postgres else ["sqlite", "postgres"]
     env = environment()
-    samples: dict = {"per_step": {}, "per_step_cpu": {}, "throughput": {}, "recovery": {}, "storage": {}}
+    samples: dict = {"per_step": {}, "per_step_cpu": {}, "per_step_server_cpu": {}, "throughput": {},
+                     "run_cpu": {}, "recovery": {}, "storage": {}}
     work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
     errlog = work / "children.log"
     timing_args = ["--steps", str(p["steps"]), "--runs", str(p["runs"]), "--run-steps", str(p["run_steps"]),
@@ -163,9 +168,14 @@ def main() -> None:
                         v["wall_us"])
                     samples["per_step_cpu"].setdefault(db, {}).setdefault(system, {}).setdefault(mode, []).append(
                         v["cpu_us"])
+                    if db == "postgres":
+                        samples["per_step_server_cpu"].setdefault(db, {}).setdefault(system, {}).setdefault(
+                            mode, []).append(v.get("server_cpu_us", 0.0))
                 for c, v in out["throughput"].items():
                     samples["throughput"].setdefault(db, {}).setdefault(system, {}).setdefault(c, []).append(
                         v["runs_per_s"])
+                    samples["run_cpu"].setdefault(db, {}).setdefault(system, {}).setdefault(c, []).append(
+                        v["cpu_ms_per_run"] + v.get("server_cpu_ms_per_run", 0.0))
             for system in order if r < p["crash_rounds"] else []:
                 if system == "floor":
                     continue

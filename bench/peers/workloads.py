@@ -25,7 +25,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from langgraph_storage import PAYLOAD, _content  # noqa: E402  (the same 1-KiB, barely compressible messages)
 
-from bench.peers.databases import Store, disk_bytes  # noqa: E402
+from bench.peers.databases import Store, disk_bytes, server_cpu_seconds  # noqa: E402
 
 SYSTEMS = {"floor": "floor", "durable-ui": "durable", "LangGraph": "langgraph_peer", "DBOS": "dbos_peer"}
 CRASH_STEPS, CRASH_STEP_SECONDS = 20, 0.05
@@ -53,25 +53,31 @@ def record_effect(log: Path, i: int) -> None:
         f.write(f"{i} {time.time():.3f}\n")
 
 
-def timed(call: Callable[[], object]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the whole process, every thread included)."""
+def timed(call: Callable[[], object], store: Store) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds of the whole process with every thread, CPU seconds of the database
+    server: 0 for SQLite, whose work is in the process's own)."""
+    s0 = server_cpu_seconds(store)
     w0, c0 = time.perf_counter(), time.process_time()
     call()
-    return time.perf_counter() - w0, time.process_time() - c0
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    s1 = server_cpu_seconds(store)
+    return wall, cpu, (s1 - s0) if s0 is not None and s1 is not None else 0.0
 
 
-def timing(system, steps: int, runs: int, run_steps: int, concurrencies: list[int]) -> dict:
+def timing(system, store: Store, steps: int, runs: int, run_steps: int, concurrencies: list[int]) -> dict:
     system.one_run(20)  # warm up: imports, prepared statements, caches, the first connection
     per_step = {}
     for mode in system.modes:
-        wall, cpu = timed(partial(system.one_run, steps, mode))
-        per_step[mode] = {"wall_us": wall / steps * 1e6, "cpu_us": cpu / steps * 1e6}
+        wall, cpu, server = timed(partial(system.one_run, steps, mode), store)
+        per_step[mode] = {"wall_us": wall / steps * 1e6, "cpu_us": cpu / steps * 1e6,
+                          "server_cpu_us": server / steps * 1e6}
     throughput = {}
     for c in concurrencies:
         if hasattr(system, "prepare"):  # a worker with c slots, made outside the timing (durable.py)
             system.prepare(c)
-        wall, cpu = timed(partial(system.many_runs, runs, run_steps, c))
-        throughput[str(c)] = {"runs_per_s": runs / wall, "cpu_ms_per_run": cpu / runs * 1e3}
+        wall, cpu, server = timed(partial(system.many_runs, runs, run_steps, c), store)
+        throughput[str(c)] = {"runs_per_s": runs / wall, "cpu_ms_per_run": cpu / runs * 1e3,
+                              "server_cpu_ms_per_run": server / runs * 1e3}
     return {"per_step": per_step, "throughput": throughput}
 
 
@@ -107,7 +113,8 @@ def main() -> None:
     system = module.open_system(store)
     try:
         if args.job == "timing":
-            out = timing(system, args.steps, args.runs, args.run_steps, [int(c) for c in args.concurrency.split(",")])
+            concurrencies = [int(c) for c in args.concurrency.split(",")]
+            out = timing(system, store, args.steps, args.runs, args.run_steps, concurrencies)
         else:
             out = storage(system, store, [int(n) for n in args.messages.split(",")])
     finally:
