@@ -1,20 +1,21 @@
-"""The journal's hottest write straight through libpq: a prepared statement sent with its values as text.
+"""The engine's hot writes straight through libpq: a prepared statement sent with its values as text.
 
-Every sync step of every run appends its record with one statement. Through psycopg's cursor that
-statement paid, on top of libpq's own send and receive, the cursor's Python: its query object, the
-adaptation of each value through the dumpers, the prepare manager's bookkeeping and the result's
-wrapping (~28 µs of CPU a step on this machine, a quarter of the engine's share of a step). Here the
-values are turned into text by a few ``str`` calls, the statement is prepared once per connection
-under a name of ours, and psycopg's own wait loop (the one every psycopg query goes through, so
-interrupts and a broken connection behave as anywhere else) reads the answer.
+Every sync step of every run appends its record with one statement, and a run's start, its moves
+and its settle are one statement each. Through psycopg's cursor each paid, on top of libpq's own
+send and receive, the cursor's Python: its query object, the adaptation of each value through the
+dumpers, the prepare manager's bookkeeping and the result's wrapping (~25 µs of CPU a step on this
+machine, about a tenth of a step's). Here the values are turned into text by a few ``str`` calls,
+the statement is prepared once per connection under a name of ours, and psycopg's own wait loop
+(the one every psycopg query goes through, so interrupts and a broken connection behave as anywhere
+else) reads the answer. Only writes whose caller needs no more than a row count come this way.
 
 Inside a transaction the statement joins it once psycopg has opened it; the first statement of a
 transaction goes through psycopg, which sends the BEGIN. Anything this path cannot send exactly as
 psycopg would (a value of another type, a naive datetime, text with a NUL, which libpq would cut
 short) returns ``None`` before anything is sent, and the caller uses psycopg's cursor, whose errors
-are the documented ones. An error from the server is raised as
-psycopg raises it (``psycopg.errors``), inside Django's error translation, so the engine sees what it
-would see through a cursor: an outage is an ``OperationalError``, a refused row a ``DataError``.
+are the documented ones. An error from the server is raised as psycopg raises it
+(``psycopg.errors``), inside Django's error translation, so the engine sees what it would see
+through a cursor: an outage is an ``OperationalError``, a refused row a ``DataError``.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def _text(value: Any) -> bytes | None | bool:
         return str(value).encode()
     if isinstance(value, timedelta):  # what an interval column takes: days and seconds may differ in sign
         return b"%d days %d seconds %d microseconds" % (value.days, value.seconds, value.microseconds)
-    if type(value).__name__ == "Jsonb" and hasattr(value, "obj"):  # Django's JSONField value on psycopg 3
+    if isinstance(value, _psycopg()[3]):  # a JSONField's value, as Django adapts it for psycopg 3
         text = (value.dumps or json.dumps)(value.obj)
         return _text(text if isinstance(text, str) else bytes(text).decode())
     return False
@@ -97,7 +98,7 @@ def execute(conn: Any, sql: str, params: Sequence[Any]) -> int | None:
 
 
 def _send(conn: Any, raw: Any, statement: tuple[bytes, bytes], values: list[bytes | None]) -> int:
-    errors, generators, pq = _psycopg()
+    errors, generators, pq, _ = _psycopg()
     name, text = statement
     pgconn = raw.pgconn
     prepared = getattr(conn, "_durable_wire", None)
@@ -120,17 +121,18 @@ def _send(conn: Any, raw: Any, statement: tuple[bytes, bytes], values: list[byte
     raise errors.error_from_result(result, encoding=raw.info.encoding)
 
 
-_modules: tuple[Any, Any, Any] | None = None
+_modules: tuple[Any, Any, Any, Any] | None = None
 
 
-def _psycopg() -> tuple[Any, Any, Any]:
-    """psycopg's errors, generators and pq, imported on the first PostgreSQL write (a SQLite process
-    never imports psycopg: journal.store.prepared says what that saves at start-up)."""
+def _psycopg() -> tuple[Any, Any, Any, Any]:
+    """psycopg's errors, generators, pq and Jsonb, imported on the first PostgreSQL write (a SQLite
+    process never imports psycopg: journal.store.prepared says what that saves at start-up)."""
     global _modules
     if _modules is None:
         from psycopg import errors, generators, pq
+        from psycopg.types.json import Jsonb
 
-        _modules = (errors, generators, pq)
+        _modules = (errors, generators, pq, Jsonb)
     return _modules
 
 
