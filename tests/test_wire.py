@@ -135,3 +135,18 @@ def test_json_intervals_and_decimals_go_as_text_and_read_back_as_sent():
     assert wire.execute(connection, sql, [Jsonb({"é": [1, None]}), waited, Decimal("0.000123"), run_id]) == 1
     run = Run.objects.get(id=run_id)
     assert (run.output, run.waited, run.cost) == ({"é": [1, None]}, waited, Decimal("0.000123"))
+
+
+def test_a_connection_prepares_a_bounded_number_of_statements_and_psycopg_takes_the_rest(monkeypatch):
+    """An async writer's batches come in every size, one statement each: past the bound they go through
+    psycopg's cursor, whose prepared statements are its own bounded cache."""
+    monkeypatch.setattr(wire, "PREPARED_MAX", 2)
+    claim = _claimed()
+    connection.close()
+    with CaptureQueriesContext(connection) as queries:
+        for size, first in ((1, 5), (2, 6), (3, 8), (1, 11)):
+            fenced_append(claim.run_id, claim.epoch, [_entry(first + i) for i in range(size)])
+    how = ["libpq" if "-- libpq" in q["sql"] else "cursor" for q in queries.captured_queries
+           if "journal_sessionevent" in q["sql"]]
+    assert how == ["libpq", "libpq", "cursor", "libpq"]  # the third size is the third statement
+    assert SessionEvent.objects.filter(run_id=claim.run_id, seq__gte=5).count() == 7

@@ -30,6 +30,7 @@ from decimal import Decimal
 from typing import Any
 
 _NOT_PREPARED = "26000"  # invalid_sql_statement_name: a pooler or DISCARD ALL dropped our statement
+PREPARED_MAX = 64  # statements one connection prepares here (the append of an async batch has one per size)
 _names: dict[str, tuple[bytes, bytes]] = {}  # SQL with %s placeholders -> (statement name, SQL with $n)
 
 
@@ -88,34 +89,36 @@ def execute(conn: Any, sql: str, params: Sequence[Any]) -> int | None:
     raw = conn.connection
     if not raw.autocommit and raw.pgconn.transaction_status != _psycopg()[2].TransactionStatus.INTRANS:
         return None  # psycopg opens a Django transaction with BEGIN before its first statement: let it
+    prepared = getattr(conn, "_durable_wire", None)
+    if prepared is None or prepared[0] is not raw.pgconn:  # a new connection prepares its own
+        prepared = conn._durable_wire = (raw.pgconn, set())
+    if statement[0] not in prepared[1] and len(prepared[1]) >= PREPARED_MAX:
+        return None  # an async batch of an unusual size: psycopg's own bounded cache takes it
     started = time.monotonic()
     with conn.wrap_database_errors, raw.lock:
-        result = _send(conn, raw, statement, values)
+        result = _send(raw, prepared[1], statement, values)
     if conn.queries_logged:
         conn.queries_log.append({"sql": f"{sql} -- libpq, params {list(params)!r}"[:10000],
                                  "time": f"{time.monotonic() - started:.3f}"})
     return result
 
 
-def _send(conn: Any, raw: Any, statement: tuple[bytes, bytes], values: list[bytes | None]) -> int:
+def _send(raw: Any, prepared: set[bytes], statement: tuple[bytes, bytes], values: list[bytes | None]) -> int:
     errors, generators, pq, _ = _psycopg()
     name, text = statement
     pgconn = raw.pgconn
-    prepared = getattr(conn, "_durable_wire", None)
-    if prepared is None or prepared[0] is not pgconn:  # a new connection prepares its own
-        prepared = conn._durable_wire = (pgconn, set())
     for attempt in (1, 2):
-        if name not in prepared[1]:
+        if name not in prepared:
             pgconn.send_prepare(name, text)
             _check(raw, raw.wait(generators.execute(pgconn))[-1], errors, pq)
-            prepared[1].add(name)
+            prepared.add(name)
         pgconn.send_query_prepared(name, values)
         result = raw.wait(generators.execute(pgconn))[-1]
         if result.status in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK):  # rows it returns are not read
             return int(result.command_tuples or 0)
         prepared_again = attempt == 1 and pgconn.transaction_status == pq.TransactionStatus.IDLE
         if prepared_again and (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode() == _NOT_PREPARED:
-            prepared[1].discard(name)  # dropped behind our back: prepare it again, once (not in a transaction
+            prepared.discard(name)  # dropped behind our back: prepare it again, once (not in a transaction
             continue  # the error has aborted)
         break
     raise errors.error_from_result(result, encoding=raw.info.encoding)
