@@ -13,6 +13,8 @@ cannot carry prepared statements (PgBouncer before 1.21 in transaction mode). On
 sqlite3's own cursor, whose module caches compiled statements by text anyway; what it saves there is
 Django's wrapper (a regex per execute). Either cursor is kept for the connection's life.
 Statements still appear in ``connection.queries`` when Django logs queries, so tests counting them agree.
+``execute()``, for the writes that need only a row count, goes one step further on PostgreSQL: straight
+through libpq with its values as text (``journal.store.wire``), psycopg's cursor where that cannot be.
 """
 
 from __future__ import annotations
