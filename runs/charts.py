@@ -111,8 +111,9 @@ def cost_per_day(rows: Iterable[tuple[date | datetime | str, float, int]]) -> di
 
 def _count_axis(top: int) -> dict:
     """A right-hand axis of whole numbers that starts at zero: plotly's own ticks for a small range are
-    fractions, which an integer format prints as one value repeated (0, 0, 1, 1, 2)."""
-    axis = {"overlaying": "y", "side": "right", "rangemode": "nonnegative", "automargin": True, "tickformat": "~s",
+    fractions, which an integer format prints as one value repeated (0, 0, 1, 1, 2); and a lone day's
+    count, ranged around itself, read 91.27k, 91.2704k, 91.2709k … (``tozero`` keeps zero in view)."""
+    axis = {"overlaying": "y", "side": "right", "rangemode": "tozero", "automargin": True, "tickformat": "~s",
             "title": {"text": "tokens"}}
     if top < 10:
         axis.update(range=[0, max(top, 1) * 1.15], dtick=1, tickformat="d")

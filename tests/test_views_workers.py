@@ -123,6 +123,7 @@ def test_chart_builders_are_pure_and_correct():
     assert dur["data"][0]["y"] == [50.5] and dur["data"][1]["y"] == [95.05]
     cost = charts.cost_per_day([("2026-01-01", 0.5, 10), ("2026-01-01", 0.25, 5)])
     assert cost["data"][0]["y"] == [0.75] and cost["data"][1]["y"] == [15]
+    assert cost["layout"]["yaxis2"]["rangemode"] == "tozero"  # one day's 91,271 tokens: an axis from 0, not 91.27k…
     assert charts.runs_by_status([])["data"] == []
 
 
