@@ -146,7 +146,7 @@ def _of_kind(variant: tuple[int, int], *, now=None, owner=None, grace=None):
 
 _LAPSED = 3  # runnable_kinds: a worker's lapsed lease, the one kind a worker must not take from itself
 _KIND_VALUES = ((), (), ("now",), ("now", "owner", "grace"))  # what each kind's SQL reads
-_KIND_FIELDS = (*_CLAIM_FIELDS, "created_at")  # the merge orders by it
+_KIND_FIELDS = (*_CLAIM_FIELDS, "created_at", "updated_at")  # the merge orders by the first; the sweep reads both
 _OF_KIND = frozen.FrozenQuery(Run, _KIND_FIELDS, _of_kind, literals=True, now=frozen.SENTINEL_TIME,
                               owner=frozen.SENTINEL_TEXT, grace=frozen.SENTINEL_EARLIER)
 _OLDEST_SQL: dict[tuple[str, int], str] = {}
@@ -183,6 +183,12 @@ def _oldest(n: int, values: dict) -> list[dict]:
     with prepared.cursor(False) as cursor:
         cursor.execute(sql, [param for _, params in statements for param in params])
         return _OF_KIND.convert(cursor.fetchall())
+
+
+def oldest_runnable(n: int, now) -> list[dict]:
+    """The ``n`` oldest runs a worker could claim now, whoever it is (beat's sweep rings for them): what
+    a claim reads, along the same indexes, so its cost does not grow with the backlog either."""
+    return _oldest(n, {"now": now, "owner": "", "grace": now})
 
 
 def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None) -> list[Claim]:

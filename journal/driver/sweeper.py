@@ -12,20 +12,25 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.db.models import Q
 from django.utils import timezone
 
-from journal.models import Run, RunStatus, Worker
+from journal.driver import leases
+from journal.models import RunStatus, Worker
 
 
 def runnable_ids(limit: int = 500, *, grace_seconds: float = 5.0, now=None) -> list[str]:
-    """Ids of runs a worker should claim now, oldest first."""
+    """Ids of runs a worker should claim now, oldest first.
+
+    Read as a claim reads them (``leases.oldest_runnable``: each kind of runnable run along its own
+    index), not as one ORed condition, which made SQLite read and sort every pending run on every
+    beat. So it also leaves out, as a claim does, a fan-out's children that its limit holds back.
+    Twice ``limit`` are read so that pending runs rung a moment ago, dropped here, rarely crowd out
+    older ones; those left over are the next beat's."""
     now = now or timezone.now()
-    fresh_pending = Q(status=RunStatus.PENDING, updated_at__gt=now - timedelta(seconds=grace_seconds))
-    ids = (
-        Run.objects.runnable(now).exclude(fresh_pending).order_by("created_at").values_list("id", flat=True)[:limit]
-    )
-    return [str(i) for i in ids]
+    fresh = now - timedelta(seconds=grace_seconds)
+    ids = [str(row["id"]) for row in leases.oldest_runnable(2 * limit, now)
+           if not (row["status"] == RunStatus.PENDING and row["updated_at"] > fresh)]
+    return ids[:limit]
 
 
 def stale_workers(max_silence_seconds: float, now=None) -> int:
