@@ -4,7 +4,26 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from django.db import connection
+
 from journal.models import SessionEvent
+
+
+def sqlite_vm_steps(call) -> int:
+    """SQLite's virtual-machine instructions to answer ``call`` (counted in 10s): the work done, not the time."""
+    steps = [0]
+
+    def count() -> int:
+        steps[0] += 1
+        return 0
+
+    connection.ensure_connection()
+    connection.connection.set_progress_handler(count, 10)
+    try:
+        call()
+    finally:
+        connection.connection.set_progress_handler(None, 10)
+    return steps[0] * 10
 
 
 def assert_no_seq_gaps(run_ids=None) -> int:

@@ -17,6 +17,7 @@ from journal.engine.history import load_journal, load_run
 from journal.models import AgentPause, EventKind, Run, RunStatus, SessionEvent
 from journal.store import frozen
 from tests.agents import crashy  # noqa: F401 - registers the workflows these tests start
+from tests.checks import sqlite_vm_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -80,23 +81,6 @@ def test_the_claim_merging_each_kind_of_runnable_run_finds_what_the_one_conditio
     assert ids[5] not in {r["id"] for r in leases._oldest(20, {"now": now, **_own(now)})}
 
 
-def _vm_steps(call) -> int:
-    """SQLite's virtual-machine instructions to answer ``call`` (counted in 10s): the work done, not the time."""
-    steps = [0]
-
-    def count() -> int:
-        steps[0] += 1
-        return 0
-
-    connection.ensure_connection()
-    connection.connection.set_progress_handler(count, 10)
-    try:
-        call()
-    finally:
-        connection.connection.set_progress_handler(None, 10)
-    return steps[0] * 10
-
-
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's claim; PostgreSQL plans the one condition well")
 def test_a_claim_does_not_read_the_whole_backlog_of_pending_runs():
     """A claim wants the oldest few runnable runs. Read as one ORed condition, SQLite took every pending
@@ -107,7 +91,7 @@ def test_a_claim_does_not_read_the_whole_backlog_of_pending_runs():
     def backlog(n: int) -> int:
         Run.objects.bulk_create([Run(agent="twelve", input={}) for _ in range(n - Run.objects.count())])
         leases._oldest(4, values)  # compiled, cached
-        return _vm_steps(lambda: leases._oldest(4, values))
+        return sqlite_vm_steps(lambda: leases._oldest(4, values))
 
     small, large = backlog(50), backlog(2000)
     assert large < small * 1.5, (small, large)
@@ -128,7 +112,7 @@ def test_a_claim_does_not_read_every_suspended_run_to_find_the_due_timers():
         Run.objects.bulk_create([Run(agent="twelve", input={}, status=RunStatus.SUSPENDED,
                                      wake_at=later if i % 2 else None) for i in range(n - Run.objects.count())])
         leases._oldest(4, values)
-        return _vm_steps(lambda: leases._oldest(4, values))
+        return sqlite_vm_steps(lambda: leases._oldest(4, values))
 
     small, large = suspended(50), suspended(2000)
     assert large < small * 1.5, (small, large)

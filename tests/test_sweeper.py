@@ -12,7 +12,7 @@ import journal
 from journal.driver import sweeper
 from journal.models import Run, RunStatus
 from tests.agents import crashy  # noqa: F401 - registers the workflows these tests start
-from tests.test_frozen_queries import _vm_steps
+from tests.checks import sqlite_vm_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,7 +71,7 @@ def test_the_sweep_does_not_read_the_whole_backlog():
             Run(agent="twelve", input={}, status=RunStatus.SUSPENDED if i % 2 else RunStatus.PENDING,
                 wake_at=later if i % 2 else None) for i in range(n - Run.objects.count())])
         sweeper.runnable_ids(5, grace_seconds=0)  # compiled, cached
-        return _vm_steps(lambda: sweeper.runnable_ids(5, grace_seconds=0))
+        return sqlite_vm_steps(lambda: sweeper.runnable_ids(5, grace_seconds=0))
 
     small, large = backlog(50), backlog(2000)
     assert large < small * 1.5, (small, large)

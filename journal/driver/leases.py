@@ -164,7 +164,8 @@ def _indexed(select: str, table: str, index: str | None) -> str:
 
 
 def _oldest(n: int, values: dict) -> list[dict]:
-    """SQLite: the ``n`` oldest runnable runs, at a cost that does not grow with the backlog.
+    """The ``n`` oldest runnable runs, at a cost that does not grow with the backlog (SQLite's claim,
+    and beat's sweep on either database).
 
     Each kind's oldest ``n``, then the oldest ``n`` of those, in one statement: ``_candidates``'
     one ORed condition made SQLite read every pending run and sort them (a claim took 6.6 ms
