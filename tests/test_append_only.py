@@ -1,11 +1,17 @@
 """The session log is append-only: nothing but retention updates or deletes it."""
 
+import uuid
+
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.utils import timezone
 
 import journal
-from journal.models import AppendOnlyError, EventKind, SessionEvent
+from journal.models import AppendOnlyError, EventKind, Run, SessionEvent
 from journal.operations.retention import allow_deletes
+from journal.store import writer as writer_module
+from journal.store.errors import LeaseLost
+from journal.store.writer import Entry, fenced_append
 from tests.agents import crashy  # noqa: F401  (registers the agents)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,3 +51,26 @@ def test_retention_may_delete():
     with transaction.atomic(), allow_deletes():
         SessionEvent.objects.filter(id=event.id).delete()
     assert not SessionEvent.objects.filter(id=event.id).exists()
+
+
+def test_a_run_is_not_deleted_while_its_session_remains():
+    """The foreign key's refusal, kept where the key is gone (PostgreSQL, migration 0009: a trigger)."""
+    event = _event()
+    with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cur:
+        cur.execute("DELETE FROM journal_run WHERE id = %s", [event.run_id.hex if connection.vendor == "sqlite"
+                                                              else event.run_id])
+    assert Run.objects.filter(id=event.run_id).exists() and SessionEvent.objects.filter(id=event.id).exists()
+    with transaction.atomic(), allow_deletes():  # the ORM's cascade deletes the events first: retention's way
+        Run.objects.filter(id=event.run_id).delete()
+    assert not Run.objects.filter(id=event.run_id).exists()
+    assert not SessionEvent.objects.filter(run_id=event.run_id).exists()
+
+
+def test_an_append_to_a_run_that_is_gone_writes_nothing():
+    """What the foreign key refused, the fence refuses: no run row, no epoch to match, no record."""
+    missing = uuid.uuid4()
+    entry = Entry(2, EventKind.STEP_COMPLETED, 1, "a", '{"result": 1}', "", timezone.now())
+    with pytest.raises(LeaseLost):
+        fenced_append(missing, 1, [entry])
+    assert writer_module._fenced_insert_group([(missing, 1, [entry])]) == set()  # a group commit's form
+    assert not SessionEvent.objects.filter(run_id=missing).exists()
