@@ -102,6 +102,42 @@ def test_the_durable_harness_runs_the_timing_workload_end_to_end(tmp_path):
     assert set(result["throughput"]) == {"1", "3"} and all(t["runs_per_s"] > 0 for t in result["throughput"].values())
 
 
+def test_durable_uis_crash_with_effect_steps_has_rows_of_its_own():
+    with_effects = {**RESULTS, "samples": {**RESULTS["samples"], "recovery_effects": {"sqlite": {
+        "durable-ui": [{"seconds": 1.1, "resumed": 0.4, "duplicates": 0}] * 3}}}}
+    md = report.render(with_effects, "")
+    assert _line(md, "duplicate effects after that crash, effect steps, SQLite")[2:5] == ["0 (0–0)", "—", "—"]
+    assert _line(md, "SIGKILL mid-run, restart → run done, effect steps")[2] == "1.10 (1.10–1.10)"
+    assert _line(md, "duplicate effects after that crash, SQLite")[2] == "1 (1–1)"  # the plain steps' row stays
+
+
+def test_a_sigkilled_run_of_effect_steps_resumes_without_running_one_twice(tmp_path, monkeypatch):
+    """bench/peers/recovery.py's crash round for real: a worker process SIGKILLed half-way through 20
+    effect steps, a new one started at once. Each step lingers after its line reaches the log, so the
+    kill lands while step 10 is in doubt (begun, its line written, no result recorded); the reconcile
+    asks the log for its key and finds it, so no step runs twice. (A plain step would run again.)"""
+    import os
+    import sqlite3
+
+    from bench.peers import recovery
+    from bench.peers.databases import Store
+
+    monkeypatch.setenv("PEERS_EFFECT_TAIL", "0.3")
+    db = tmp_path / "crash.sqlite3"
+    saved = {k: os.environ.pop(k) for k in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE") if k in os.environ}
+    try:
+        got = recovery.crash_round("durable-ui", Store("sqlite", f"sqlite:///{db}", path=str(db)), tmp_path,
+                                   effects=True)
+    finally:
+        os.environ.update(saved)
+    assert got["duplicates"] == 0 and got["done_before_kill"] == 10
+    assert 0 < got["resumed"] < got["seconds"]
+    with sqlite3.connect(db) as conn:
+        in_doubt = conn.execute("SELECT position, payload FROM journal_sessionevent WHERE kind = 'effect_in_doubt'"
+                                ).fetchall()
+    assert [(position, '"found":true' in payload.replace(" ", "")) for position, payload in in_doubt] == [(10, True)]
+
+
 def test_cpu_per_run_adds_the_servers_cpu_to_the_clients_and_the_server_row_is_postgresql_only():
     both = {**RESULTS, "samples": {**RESULTS["samples"],
                                    "run_cpu": {"postgres": {"floor": {"8": [3.0, 3.2, 2.8]},

@@ -107,10 +107,10 @@ def open_system(store: Store) -> Durable:
     return Durable(store)
 
 
-def crash(store: Store, log: Path, *, resume: bool) -> None:
+def crash(store: Store, log: Path, *, resume: bool, effects: bool = False) -> None:
     """First process: start the run and drive it with a worker until killed. Second process: a new
     worker on the same host (it registers, finds the dead worker's pid gone and takes its runs, as
-    ``runworker`` does), until the run is done."""
+    ``runworker`` does), until the run is done. ``effects``: its steps are effects (``effect=True``)."""
     os.environ["PEERS_CRASH_LOG"] = str(log)
     os.environ.setdefault("DURABLE_LEASE_SECONDS", "30")
     _setup(store, migrate=not resume)
@@ -119,7 +119,7 @@ def crash(store: Store, log: Path, *, resume: bool) -> None:
     from journal.models import Run
 
     if not resume:
-        journal.start("peers-crash", CRASH_STEPS)
+        journal.start("peers-crash-effects" if effects else "peers-crash", CRASH_STEPS)
         EmbeddedWorker(concurrency=1, poll_interval=0.05).run()
         return
     worker = EmbeddedWorker(concurrency=1, poll_interval=0.05)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import journal
 
-from .workloads import CRASH_STEP_SECONDS, message, record_effect
+from .workloads import CRASH_STEP_SECONDS, effects_done, message, record_effect
 
 
 @journal.step()
@@ -54,6 +54,26 @@ def conversation(ctx, n: int, base: int) -> int:
     return len(messages)
 
 
+def _in_the_log(key: str, i: int) -> int | None:
+    """``work_effect``'s reconcile: the log is the outside system, asked whether the key's call went through."""
+    return i if key in effects_done(Path(os.environ["PEERS_CRASH_LOG"])) else None
+
+
+@journal.step(effect=True, on_in_doubt="reconcile", reconcile=_in_the_log)
+def work_effect(i: int, *, idempotency_key: str) -> int:
+    """``work`` as an effect: the ledger knows it began; a crash before its result committed leaves it
+    in doubt, and the resumed run asks the log for its key instead of running it again."""
+    time.sleep(CRASH_STEP_SECONDS)
+    record_effect(Path(os.environ["PEERS_CRASH_LOG"]), i, idempotency_key)
+    time.sleep(float(os.environ.get("PEERS_EFFECT_TAIL", "0")))  # a test widens the in-doubt window with it
+    return i
+
+
 @journal.workflow(name="peers-crash")
 def crash_run(ctx, n: int) -> int:
     return sum(work(i) for i in range(n))
+
+
+@journal.workflow(name="peers-crash-effects")
+def crash_effects_run(ctx, n: int) -> int:
+    return sum(work_effect(i) for i in range(n))

@@ -23,42 +23,48 @@ from .databases import Store
 from .workloads import CRASH_STEP_SECONDS, CRASH_STEPS, ROOT
 
 
-def _child(system: str, store: Store, job: str, log: Path, stderr) -> subprocess.Popen:
+def _child(system: str, store: Store, job: str, log: Path, stderr, effects: bool = False) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "bench.peers.workloads", system, json.dumps(asdict(store)), job,
-                             "--log", str(log)], cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True)
+                             "--log", str(log), *(["--effects"] if effects else [])], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=stderr, text=True)
 
 
 def _lines(log: Path) -> list[tuple[int, float]]:
     """(step, when its execution ended) per real execution, in order."""
     lines = log.read_text().splitlines() if log.exists() else []
-    return [(int(step), float(at)) for step, at in (line.split() for line in lines if line.strip())]
+    return [(int(fields[0]), float(fields[1])) for fields in (line.split() for line in lines) if fields]
 
 
 def _executions(log: Path) -> list[int]:
     return [step for step, _ in _lines(log)]
 
 
-def crash_round(system: str, store: Store, workdir: Path, timeout: float = 120) -> dict:
-    log = workdir / f"crash-{system}-{store.kind}.log"
+def crash_round(system: str, store: Store, workdir: Path, timeout: float = 120, *, effects: bool = False) -> dict:
+    """One crash and resume; ``effects``: durable-ui's steps are effects, reconciled against the log."""
+    log = workdir / f"crash-{system}-{store.kind}{'-effects' if effects else ''}.log"
     log.unlink(missing_ok=True)
     with (workdir / f"crash-{system}-{store.kind}.err").open("a") as err:
-        first = _child(system, store, "crash-first", log, err)
+        first = _child(system, store, "crash-first", log, err, effects)
         deadline = time.monotonic() + timeout
         while len(_executions(log)) < CRASH_STEPS // 2:
             if first.poll() is not None or time.monotonic() > deadline:
                 first.kill()
+                first.wait()
+                first.stdout.close()
                 raise RuntimeError(f"{system} on {store.kind}: the first process ended or stalled before half-way "
                                    f"(see {err.name})")
             time.sleep(0.005)
         first.send_signal(signal.SIGKILL)
         first.wait()
+        first.stdout.close()
         done_before = len(set(_executions(log)))
         lines_before = len(_lines(log))
         t0, wall0 = time.perf_counter(), time.time()
-        second = _child(system, store, "crash-resume", log, err)
-        line = second.stdout.readline()  # {"done": true} once the run has completed
-        seconds = time.perf_counter() - t0
-        second.wait(timeout=timeout)
+        second = _child(system, store, "crash-resume", log, err, effects)
+        with second.stdout:
+            line = second.stdout.readline()  # {"done": true} once the run has completed
+            seconds = time.perf_counter() - t0
+            second.wait(timeout=timeout)
     if '"done"' not in line:
         raise RuntimeError(f"{system} on {store.kind}: the restarted process did not finish the run (see {err.name})")
     counts = Counter(_executions(log))

@@ -63,6 +63,8 @@ METHOD = """\
   30 s lease (it registers, sees the dead worker's pid gone, takes its runs); LangGraph: the caller invokes the same
   thread again (nothing else would); DBOS: `DBOS.launch()` again (it recovers the executor's pending workflows).
   Duplicate effects = executions beyond the first, from the log; all are plain steps (at-least-once in every system).
+  durable-ui is also crashed with the same steps as effects (`@journal.step(effect=True, on_in_doubt="reconcile")`,
+  the log asked whether a step's line is there, as an outside system is asked by key): its own rows below.
 - Storage: a conversation growing by one 1-KiB message (base64 noise, as bench/langgraph_storage.py) per step, kept as
   the run's state (durable-ui `ctx.set_state`, LangGraph a list channel with `operator.add`, DBOS the workflow's
   step outputs, the floor one row per message); bytes = growth of the store's tables, indexes and TOAST on disk.
@@ -133,7 +135,7 @@ def main() -> None:
     dbs = ["sqlite"] if args.no_postgres else ["postgres"] if args.only_postgres else ["sqlite", "postgres"]
     env = environment()
     samples: dict = {"per_step": {}, "per_step_cpu": {}, "per_step_server_cpu": {}, "throughput": {},
-                     "run_cpu": {}, "recovery": {}, "storage": {}}
+                     "run_cpu": {}, "recovery": {}, "recovery_effects": {}, "storage": {}}
     work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
     errlog = work / "children.log"
     timing_args = ["--steps", str(p["steps"]), "--runs", str(p["runs"]), "--run-steps", str(p["run_steps"]),
@@ -183,6 +185,13 @@ def main() -> None:
                 got = on_fresh(system, db, "crash", lambda st, system=system: recovery.crash_round(system, st, work))
                 samples["recovery"].setdefault(db, {}).setdefault(system, []).append(got)
                 say(f"  resumed {got['resumed']:.2f} s, done {got['seconds']:.2f} s, {got['duplicates']} duplicate(s)")
+                if system == "durable-ui":  # the same crash with its steps as effects: the ledger's answer
+                    say(f"round {r + 1}: {system} on {db}: crash recovery, effect steps")
+                    got = on_fresh(system, db, "crash", lambda st, system=system: recovery.crash_round(
+                        system, st, work, effects=True))
+                    samples["recovery_effects"].setdefault(db, {}).setdefault(system, []).append(got)
+                    say(f"  resumed {got['resumed']:.2f} s, done {got['seconds']:.2f} s, "
+                        f"{got['duplicates']} duplicate(s)")
         p["rounds_done"] = r + 1
         env["load average at end (1, 5, 15 min)"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
         env["bench wall time"] = f"{time.monotonic() - t_start:.0f} s"

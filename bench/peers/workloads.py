@@ -47,10 +47,18 @@ def threaded(one: Callable[[int], object], runs: int, concurrency: int) -> None:
             future.result()
 
 
-def record_effect(log: Path, i: int) -> None:
-    """The outside side effect of crash step i: one line per execution, so duplicates can be counted."""
+def record_effect(log: Path, i: int, key: str = "") -> None:
+    """The outside side effect of crash step i: one line per execution, so duplicates can be counted
+    (with the idempotency key an effect step is given, which the outside system keeps)."""
     with log.open("a") as f:
-        f.write(f"{i} {time.time():.3f}\n")
+        f.write(f"{i} {time.time():.3f} {key}".rstrip() + "\n")
+
+
+def effects_done(log: Path) -> set[str]:
+    """The idempotency keys in the log: what an outside system answers when asked whether a key's call
+    went through."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    return {fields[2] for fields in (line.split() for line in lines) if len(fields) > 2}
 
 
 def timed(call: Callable[[], object], store: Store) -> tuple[float, float, float]:
@@ -103,11 +111,13 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,8")
     parser.add_argument("--messages", default="100,200")
     parser.add_argument("--log", default="")
+    parser.add_argument("--effects", action="store_true", help="crash: durable-ui's effect steps (effect=True)")
     args = parser.parse_args()
     store = Store(**json.loads(args.store))
     module = importlib.import_module(f"bench.peers.{SYSTEMS[args.system]}")
     if args.job.startswith("crash"):
-        module.crash(store, Path(args.log), resume=args.job == "crash-resume")
+        module.crash(store, Path(args.log), resume=args.job == "crash-resume",
+                     **({"effects": True} if args.effects else {}))
         print(json.dumps({"done": True}), flush=True)
         return
     system = module.open_system(store)
