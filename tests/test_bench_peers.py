@@ -64,7 +64,7 @@ def test_recovery_duplicates_and_storage_growth():
     md = report.render(RESULTS, "method text")
     assert _line(md, "SIGKILL mid-run")[3] == "2.00 (1.50–2.50)"
     assert _line(md, "SIGKILL mid-run")[6] == "0.50× (LangGraph)"
-    assert _line(md, "duplicate effects")[2] == "1 (1–1)"
+    assert _line(md, "duplicate effects after that crash, plain steps")[2] == "1 (1–1)"
     assert "| SQLite | LangGraph | 200 | 20,000,000 | 97.70 | O(n^2.0) |" in md
     assert "| SQLite | floor | 200 | 300,000 | 1.46 | O(n^1.0) |" in md
     assert "## Environment" in md and "- CPU: test CPU, 2 cores" in md and "method text" in md
@@ -108,7 +108,7 @@ def test_durable_uis_crash_with_effect_steps_has_rows_of_its_own():
     md = report.render(with_effects, "")
     assert _line(md, "duplicate effects after that crash, effect steps, SQLite")[2:5] == ["0 (0–0)", "—", "—"]
     assert _line(md, "SIGKILL mid-run, restart → run done, effect steps")[2] == "1.10 (1.10–1.10)"
-    assert _line(md, "duplicate effects after that crash, SQLite")[2] == "1 (1–1)"  # the plain steps' row stays
+    assert _line(md, "duplicate effects after that crash, plain steps, SQLite")[2] == "1 (1–1)"  # it stays
 
 
 def test_a_sigkilled_run_of_effect_steps_resumes_without_running_one_twice(tmp_path, monkeypatch):

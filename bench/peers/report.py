@@ -112,7 +112,7 @@ def rows(results: dict) -> list[Row]:
             out.append(Row(f"SIGKILL mid-run, restart → run done, s, {name}", False,
                            {sys: Stat.of([r["seconds"] for r in rec[sys]]) if sys in rec else None for sys in SYSTEMS},
                            2))
-            out.append(Row(f"duplicate effects after that crash, {name}", False,
+            out.append(Row(f"duplicate effects after that crash, plain steps, {name}", False,
                            {sys: Stat.of([r["duplicates"] for r in rec[sys]]) if sys in rec else None
                             for sys in SYSTEMS}))
         if db in s.get("recovery_effects", {}):  # durable-ui's steps as effects: the peers have no such step
