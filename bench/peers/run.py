@@ -64,7 +64,7 @@ METHOD = """\
   thread again (nothing else would); DBOS: `DBOS.launch()` again (it recovers the executor's pending workflows).
   Duplicate effects = executions beyond the first, from the log; all are plain steps (at-least-once in every system).
   durable-ui is also crashed with the same steps as effects (`@journal.step(effect=True, on_in_doubt="reconcile")`,
-  the log asked whether a step's line is there, as an outside system is asked by key): its own rows below.
+  the log asked for the step's idempotency key, as an outside system is asked): its own rows below.
 - Storage: a conversation growing by one 1-KiB message (base64 noise, as bench/langgraph_storage.py) per step, kept as
   the run's state (durable-ui `ctx.set_state`, LangGraph a list channel with `operator.add`, DBOS the workflow's
   step outputs, the floor one row per message); bytes = growth of the store's tables, indexes and TOAST on disk.
