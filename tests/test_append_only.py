@@ -57,8 +57,8 @@ def test_a_run_is_not_deleted_while_its_session_remains():
     """The foreign key's refusal, kept where the key is gone (PostgreSQL, migration 0009: a trigger)."""
     event = _event()
     with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cur:
-        cur.execute("DELETE FROM journal_run WHERE id = %s", [event.run_id.hex if connection.vendor == "sqlite"
-                                                              else event.run_id])
+        cur.execute("DELETE FROM journal_run WHERE id = %s",
+                    [Run._meta.pk.get_db_prep_value(event.run_id, connection)])
     assert Run.objects.filter(id=event.run_id).exists() and SessionEvent.objects.filter(id=event.id).exists()
     with transaction.atomic(), allow_deletes():  # the ORM's cascade deletes the events first: retention's way
         Run.objects.filter(id=event.run_id).delete()

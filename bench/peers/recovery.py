@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .databases import Store
-from .workloads import CRASH_STEP_SECONDS, CRASH_STEPS, ROOT
+from .workloads import CRASH_STEP_SECONDS, CRASH_STEPS, ROOT, effect_log
 
 
 def _child(system: str, store: Store, job: str, log: Path, stderr, effects: bool = False) -> subprocess.Popen:
@@ -31,8 +31,7 @@ def _child(system: str, store: Store, job: str, log: Path, stderr, effects: bool
 
 def _lines(log: Path) -> list[tuple[int, float]]:
     """(step, when its execution ended) per real execution, in order."""
-    lines = log.read_text().splitlines() if log.exists() else []
-    return [(int(fields[0]), float(fields[1])) for fields in (line.split() for line in lines) if fields]
+    return [(step, at) for step, at, _ in effect_log(log)]
 
 
 def _executions(log: Path) -> list[int]:

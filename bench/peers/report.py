@@ -109,21 +109,18 @@ def rows(results: dict) -> list[Row]:
                 out.append(Row(f"SIGKILL mid-run, restart → resumed (first step began), s, {name}", False,
                                {sys: Stat.of([r["resumed"] for r in rec[sys]]) if sys in rec else None
                                 for sys in SYSTEMS}, 2))
-            out.append(Row(f"SIGKILL mid-run, restart → run done, s, {name}", False,
-                           {sys: Stat.of([r["seconds"] for r in rec[sys]]) if sys in rec else None for sys in SYSTEMS},
-                           2))
-            out.append(Row(f"duplicate effects after that crash, plain steps, {name}", False,
-                           {sys: Stat.of([r["duplicates"] for r in rec[sys]]) if sys in rec else None
-                            for sys in SYSTEMS}))
+            out += _crash_rows(rec, "", "plain steps", name)
         if db in s.get("recovery_effects", {}):  # durable-ui's steps as effects: the peers have no such step
-            rec = s["recovery_effects"][db]
-            out.append(Row(f"SIGKILL mid-run, restart → run done, effect steps, s, {name}", False,
-                           {sys: Stat.of([r["seconds"] for r in rec[sys]]) if sys in rec else None for sys in SYSTEMS},
-                           2))
-            out.append(Row(f"duplicate effects after that crash, effect steps, {name}", False,
-                           {sys: Stat.of([r["duplicates"] for r in rec[sys]]) if sys in rec else None
-                            for sys in SYSTEMS}))
+            out += _crash_rows(s["recovery_effects"][db], "effect steps, ", "effect steps", name)
     return out
+
+
+def _crash_rows(rec: dict, done_label: str, steps: str, name: str) -> list[Row]:
+    """A crash's time to done and its duplicates, per system that was crashed."""
+    def of(key: str) -> dict:
+        return {sys: Stat.of([r[key] for r in rec[sys]]) if sys in rec else None for sys in SYSTEMS}
+    return [Row(f"SIGKILL mid-run, restart → run done, {done_label}s, {name}", False, of("seconds"), 2),
+            Row(f"duplicate effects after that crash, {steps}, {name}", False, of("duplicates"))]
 
 
 def _storage_ratio(by_system: dict) -> dict:

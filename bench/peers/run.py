@@ -158,6 +158,12 @@ def main() -> None:
             samples["storage"].setdefault(db, {})[system] = on_fresh(
                 system, db, "storage", lambda st, system=system: child(system, st, "storage",
                                                          ["--messages", ",".join(map(str, p["messages"]))], errlog))
+    def crash(r: int, system: str, db: str, *, effects: bool) -> None:
+        say(f"round {r + 1}: {system} on {db}: crash recovery{', effect steps' if effects else ''}")
+        got = on_fresh(system, db, "crash", lambda st: recovery.crash_round(system, st, work, effects=effects))
+        samples["recovery_effects" if effects else "recovery"].setdefault(db, {}).setdefault(system, []).append(got)
+        say(f"  resumed {got['resumed']:.2f} s, done {got['seconds']:.2f} s, {got['duplicates']} duplicate(s)")
+
     for r in range(max(p["rounds"], p["crash_rounds"])):
         order = systems[r % len(systems):] + systems[:r % len(systems)]
         for db in dbs:
@@ -181,17 +187,9 @@ def main() -> None:
             for system in order if r < p["crash_rounds"] else []:
                 if system == "floor":
                     continue
-                say(f"round {r + 1}: {system} on {db}: crash recovery")
-                got = on_fresh(system, db, "crash", lambda st, system=system: recovery.crash_round(system, st, work))
-                samples["recovery"].setdefault(db, {}).setdefault(system, []).append(got)
-                say(f"  resumed {got['resumed']:.2f} s, done {got['seconds']:.2f} s, {got['duplicates']} duplicate(s)")
+                crash(r, system, db, effects=False)
                 if system == "durable-ui":  # the same crash with its steps as effects: the ledger's answer
-                    say(f"round {r + 1}: {system} on {db}: crash recovery, effect steps")
-                    got = on_fresh(system, db, "crash", lambda st, system=system: recovery.crash_round(
-                        system, st, work, effects=True))
-                    samples["recovery_effects"].setdefault(db, {}).setdefault(system, []).append(got)
-                    say(f"  resumed {got['resumed']:.2f} s, done {got['seconds']:.2f} s, "
-                        f"{got['duplicates']} duplicate(s)")
+                    crash(r, system, db, effects=True)
         p["rounds_done"] = r + 1
         env["load average at end (1, 5, 15 min)"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
         env["bench wall time"] = f"{time.monotonic() - t_start:.0f} s"

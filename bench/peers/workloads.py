@@ -54,11 +54,18 @@ def record_effect(log: Path, i: int, key: str = "") -> None:
         f.write(f"{i} {time.time():.3f} {key}".rstrip() + "\n")
 
 
+def effect_log(log: Path) -> list[tuple[int, float, str]]:
+    """The crash log as written by ``record_effect``: (step, when it ended, idempotency key or "") per
+    real execution, in order."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [(int(fields[0]), float(fields[1]), fields[2] if len(fields) > 2 else "")
+            for fields in (line.split() for line in lines) if fields]
+
+
 def effects_done(log: Path) -> set[str]:
     """The idempotency keys in the log: what an outside system answers when asked whether a key's call
     went through."""
-    lines = log.read_text().splitlines() if log.exists() else []
-    return {fields[2] for fields in (line.split() for line in lines) if len(fields) > 2}
+    return {key for _, _, key in effect_log(log) if key}
 
 
 def timed(call: Callable[[], object], store: Store) -> tuple[float, float, float]:
