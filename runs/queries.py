@@ -166,8 +166,8 @@ def _term(key: str, value: str) -> Q:
         return Q(agent=value)
     if key == "version":
         return Q(version=value)
-    if key == "subject":  # exact, on its index: what an erasure request or a support ticket names
-        return Q(subject=value)
+    if key == "subject":  # exact, on run_subject (which SQLite uses only when the query repeats its condition)
+        return Q(subject=value) & ~Q(subject="")
     if key == "id":
         rid = _as_uuid(value)
         if rid is not None:

@@ -63,7 +63,7 @@ class RunQuerySet(models.QuerySet):
 
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    agent = models.CharField(max_length=200, db_index=True)
+    agent = models.CharField(max_length=200)  # found through run_agent_recent, which leads with it
     harness = models.ForeignKey(
         "journal.Harness", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
@@ -96,8 +96,12 @@ class Run(models.Model):
     cancelled_by = models.CharField(max_length=150, blank=True)
 
     # Lineage: a child run started by ctx.child(), a fork made from a step of another run.
-    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
-    forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks")
+    # These three are empty on most runs: each is found through a partial index that holds only the runs
+    # that have one (Meta), not the full index a foreign key gets by default (migration 0010 says why).
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children",
+                               db_index=False)
+    forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks",
+                                    db_index=False)
     fork_step = models.PositiveIntegerField(null=True, blank=True)
     # A fan-out's children share a group (parent id and step) and its limit: claims keep at most
     # ``concurrency_limit`` of them running, and the parent wakes once, when the last one ends.
@@ -120,9 +124,9 @@ class Run(models.Model):
     created_by = models.CharField(max_length=150, blank=True)
     # Whose data the run holds (a customer, a user): set at start or by ``ctx.set_subject``; what
     # ``journal.erase(subject=...)`` finds. Blank once erased (the Erasure keeps its hash).
-    subject = models.CharField(max_length=200, blank=True, default="", db_index=True)
+    subject = models.CharField(max_length=200, blank=True, default="")  # run_subject holds the runs that have one
     erasure = models.ForeignKey("journal.Erasure", null=True, blank=True, on_delete=models.SET_NULL,
-                                related_name="erased_runs")
+                                related_name="erased_runs", db_index=False)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -149,6 +153,9 @@ class Run(models.Model):
             models.Index(fields=["tokens"], name="run_tokens"),
             models.Index(fields=["waited"], name="run_waited"),
             models.Index(fields=["parent"], name="run_parent", condition=Q(parent__isnull=False)),
+            models.Index(fields=["forked_from"], name="run_forked_from", condition=Q(forked_from__isnull=False)),
+            models.Index(fields=["erasure"], name="run_erasure", condition=Q(erasure__isnull=False)),
+            models.Index(fields=["subject"], name="run_subject", condition=~Q(subject="")),
             models.Index(fields=["concurrency_key"], name="run_group_open",
                          condition=Q(status__in=[RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED,
                                                  RunStatus.NEEDS_ATTENTION, RunStatus.COMPENSATING])
