@@ -54,7 +54,7 @@ def test_retention_may_delete():
 
 
 def test_a_run_is_not_deleted_while_its_session_remains():
-    """The foreign key's refusal, kept where the key is gone (PostgreSQL, migration 0009: a trigger)."""
+    """The foreign key's refusal, kept where the key is gone: a trigger (0009 on PostgreSQL, 0011 on SQLite)."""
     event = _event()
     with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cur:
         cur.execute("DELETE FROM journal_run WHERE id = %s",

@@ -1,6 +1,7 @@
-"""journal_run's indexes (migration 0010): none for a column its composite or partial indexes already
-serve, none holding an entry for every run where only a few runs have a value, and every lookup that
-lost its full index still finds its rows through an index on both databases."""
+"""The write path's schema. journal_run's indexes (migration 0010): none for a column its composite or
+partial indexes already serve, none holding an entry for every run where only a few runs have a value,
+and every lookup that lost its full index still finds its rows through an index on both databases.
+The appended tables' keys on SQLite (migration 0011): no AUTOINCREMENT counter."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import uuid
 import pytest
 from django.db import connection
 
-from journal.models import Erasure, Run
+from journal.models import Erasure, Run, SessionEvent
 from runs.queries import RunFilter
 
 pytestmark = pytest.mark.django_db
@@ -64,3 +65,17 @@ def test_the_lookups_that_lost_their_full_index_are_still_index_lookups(plans):
     assert RunFilter(terms=[("subject", "customer-42")]).apply(Run.objects.all()).get() == parent
     assert list(parent.children.all()) == list(parent.forks.all()) == list(erasure.erased_runs.all())
     assert not Run.objects.filter(parent_id=uuid.uuid4()).exists()
+
+
+def test_sqlite_appends_keep_no_autoincrement_counter():
+    """journal.models.keys: no sqlite_sequence page in every step's commit; keys still grow."""
+    if connection.vendor != "sqlite":
+        pytest.skip("PostgreSQL keeps its identity columns")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name IN "
+                       "('journal_sessionevent', 'journal_tracespan', 'journal_checkpoint', 'journal_runstep')")
+        tables = dict(cursor.fetchall())
+    assert len(tables) == 4 and not any("AUTOINCREMENT" in sql.upper() for sql in tables.values()), tables
+    run = Run.objects.create(agent="a")
+    events = [SessionEvent.objects.create(run=run, seq=seq, kind="log") for seq in (1, 2, 3)]
+    assert [e.id for e in events] == sorted(e.id for e in events) and len({e.id for e in events}) == 3

@@ -7,6 +7,8 @@ compressed); a Checkpoint is a manifest of path -> hash plus explicit agent stat
 from django.db import models
 from django.utils import timezone
 
+from journal.models.keys import AppendKey
+
 
 class Blob(models.Model):
     sha256 = models.CharField(primary_key=True, max_length=64)
@@ -26,6 +28,7 @@ class CheckpointDecision(models.TextChoices):
 
 
 class Checkpoint(models.Model):
+    id = AppendKey(primary_key=True)
     run = models.ForeignKey("journal.Run", on_delete=models.CASCADE, related_name="checkpoints")
     position = models.PositiveIntegerField()  # the step after which it was taken (or skipped)
     step_name = models.CharField(max_length=200, blank=True)

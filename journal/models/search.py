@@ -6,6 +6,8 @@ at step X", so a search is an index lookup rather than a scan of every run's ses
 
 from django.db import models
 
+from journal.models.keys import AppendKey
+
 
 def step_name_keys(name: str) -> list[str]:
     """The names a search for this step may type: the dotted path and each of its dotted tails
@@ -19,6 +21,7 @@ class RunStep(models.Model):
     """A step name a run recorded (``failed=False``), or the step it failed at (``failed=True``);
     one row per distinct name (and each dotted tail of it) per run."""
 
+    id = AppendKey(primary_key=True)
     run = models.ForeignKey("journal.Run", on_delete=models.CASCADE, related_name="step_names", db_index=False)
     name = models.CharField(max_length=200)
     failed = models.BooleanField(default=False)

@@ -6,6 +6,8 @@ explains what happened but never decides replay (the journal does).
 
 from django.db import models
 
+from journal.models.keys import AppendKey
+
 
 class SpanKind(models.TextChoices):
     RUN = "run"
@@ -19,6 +21,7 @@ class SpanKind(models.TextChoices):
 
 
 class TraceSpan(models.Model):
+    id = AppendKey(primary_key=True)
     run = models.ForeignKey("journal.Run", on_delete=models.CASCADE, related_name="spans", db_index=False)
     span_id = models.CharField(max_length=32)
     parent_span_id = models.CharField(max_length=32, blank=True)

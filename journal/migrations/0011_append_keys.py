@@ -1,0 +1,60 @@
+"""SQLite: the tables every step appends to lose AUTOINCREMENT (journal.models.keys says why).
+
+Django rebuilds each of the four tables on SQLite (a copy, as for any change of a column there) and
+does nothing on PostgreSQL, whose identity columns stay as they are.
+
+Rebuilt from the model, journal_sessionevent loses on SQLite the foreign key to its run that
+PostgreSQL lost in 0009 (``SessionEvent.run`` is ``db_constraint=False``), and SQLite now checks a
+record's run as PostgreSQL does: by the append's fence, whose ``EXISTS`` reads the run's row inside
+the database's one write lock, so no one deletes the run before the record commits. What the key
+also did, refuse deleting a run whose events remain, a trigger on journal_run does here too
+(``tests/test_append_only.py`` holds both databases to it, so a later rebuild of journal_run that
+dropped the trigger would fail there). Unapplying keeps the trigger: 0010's schema has no key either.
+"""
+
+import journal.models.keys
+from django.db import migrations
+
+GUARD = """
+CREATE TRIGGER IF NOT EXISTS journal_run_keeps_its_session BEFORE DELETE ON journal_run
+FOR EACH ROW WHEN EXISTS (SELECT 1 FROM journal_sessionevent WHERE run_id = OLD.id)
+BEGIN
+    SELECT RAISE(ABORT, 'the run still has session events: they are deleted first (retention does)');
+END
+"""
+
+
+def guard(apps, schema_editor):
+    if schema_editor.connection.vendor == "sqlite":  # PostgreSQL's is 0009's
+        schema_editor.execute(GUARD)
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('journal', '0010_run_lean_indexes'),
+    ]
+
+    operations = [
+        migrations.AlterField(
+            model_name='checkpoint',
+            name='id',
+            field=journal.models.keys.AppendKey(primary_key=True, serialize=False),
+        ),
+        migrations.AlterField(
+            model_name='runstep',
+            name='id',
+            field=journal.models.keys.AppendKey(primary_key=True, serialize=False),
+        ),
+        migrations.AlterField(
+            model_name='sessionevent',
+            name='id',
+            field=journal.models.keys.AppendKey(primary_key=True, serialize=False),
+        ),
+        migrations.AlterField(
+            model_name='tracespan',
+            name='id',
+            field=journal.models.keys.AppendKey(primary_key=True, serialize=False),
+        ),
+        migrations.RunPython(guard, migrations.RunPython.noop),
+    ]
