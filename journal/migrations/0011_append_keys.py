@@ -9,7 +9,9 @@ record's run as PostgreSQL does: by the append's fence, whose ``EXISTS`` reads t
 the database's one write lock, so no one deletes the run before the record commits. What the key
 also did, refuse deleting a run whose events remain, a trigger on journal_run does here too
 (``tests/test_append_only.py`` holds both databases to it, so a later rebuild of journal_run that
-dropped the trigger would fail there). Unapplying keeps the trigger: 0010's schema has no key either.
+dropped the trigger would fail there). The trigger names journal_sessionevent, so SQLite refuses to
+rename a rebuilt copy of that table into place while it exists: this migration takes it away before
+its rebuilds and puts it back after them, both ways, and a later rebuild of the table must do the same.
 """
 
 import journal.models.keys
@@ -29,6 +31,11 @@ def guard(apps, schema_editor):
         schema_editor.execute(GUARD)
 
 
+def unguard(apps, schema_editor):
+    if schema_editor.connection.vendor == "sqlite":
+        schema_editor.execute("DROP TRIGGER IF EXISTS journal_run_keeps_its_session")
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -36,6 +43,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.RunPython(unguard, guard),  # unapplied: the trigger comes back once the tables are rebuilt
         migrations.AlterField(
             model_name='checkpoint',
             name='id',
@@ -56,5 +64,5 @@ class Migration(migrations.Migration):
             name='id',
             field=journal.models.keys.AppendKey(primary_key=True, serialize=False),
         ),
-        migrations.RunPython(guard, migrations.RunPython.noop),
+        migrations.RunPython(guard, unguard),
     ]
