@@ -39,30 +39,13 @@ def unguard(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('journal', '0010_run_lean_indexes'),
+        ("journal", "0010_run_lean_indexes"),
     ]
 
     operations = [
         migrations.RunPython(unguard, guard),  # unapplied: the trigger comes back once the tables are rebuilt
-        migrations.AlterField(
-            model_name='checkpoint',
-            name='id',
-            field=journal.models.keys.AppendKey(primary_key=True, serialize=False),
-        ),
-        migrations.AlterField(
-            model_name='runstep',
-            name='id',
-            field=journal.models.keys.AppendKey(primary_key=True, serialize=False),
-        ),
-        migrations.AlterField(
-            model_name='sessionevent',
-            name='id',
-            field=journal.models.keys.AppendKey(primary_key=True, serialize=False),
-        ),
-        migrations.AlterField(
-            model_name='tracespan',
-            name='id',
-            field=journal.models.keys.AppendKey(primary_key=True, serialize=False),
-        ),
+        *[migrations.AlterField(model_name=model, name="id",
+                                field=journal.models.keys.AppendKey(primary_key=True, serialize=False))
+          for model in ("checkpoint", "runstep", "sessionevent", "tracespan")],
         migrations.RunPython(guard, unguard),
     ]
