@@ -1,8 +1,8 @@
 """journal_run keeps the indexes its queries use and no entry for a run that has nothing to find.
 
-A run row had 20 indexes, and a run's start, claim and settle each write an entry in every one of them
-on PostgreSQL (changing the status is never a HOT update, so each new row version is indexed anew).
-Seven were dead weight:
+A run row had 20 indexes on PostgreSQL (18 on SQLite), and a run's start, claim and settle each write
+an entry in every one of them there (changing the status is never a HOT update, so each new row
+version is indexed anew). Seven were dead weight:
 
 - ``agent`` had its own index and PostgreSQL's ``_like`` copy of it (for ``LIKE 'x%'``, which no query
   makes) beside ``run_agent_recent``, which leads with the agent and serves every query by agent;
@@ -15,6 +15,7 @@ What finds a run by those columns now is a partial index of the runs that have o
 indexes on PostgreSQL (13 on SQLite) and has 8. On PostgreSQL a run's insert, claim and settle (three
 autocommitted statements) took 1,028 µs with the old indexes and 957 µs with these (medians of 6
 interleaved rounds of 400, two fresh databases).
+
 The indexes go by name (Django derives them from the table and column, so every database these
 migrations made has the same ones) instead of through ``AlterField``, which on SQLite copies the whole
 table once per field to drop an index.
