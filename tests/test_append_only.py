@@ -54,7 +54,7 @@ def test_retention_may_delete():
 
 
 def test_a_run_is_not_deleted_while_its_session_remains():
-    """The foreign key's refusal, kept where the key is gone: a trigger (0009 on PostgreSQL, 0011 on SQLite)."""
+    """The foreign key's refusal: SQLite's key, PostgreSQL's trigger where the key is gone (0009)."""
     event = _event()
     with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cur:
         cur.execute("DELETE FROM journal_run WHERE id = %s",

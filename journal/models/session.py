@@ -127,12 +127,12 @@ class SessionEventQuerySet(models.QuerySet):
 class SessionEvent(models.Model):
     id = AppendKey(primary_key=True)
     # No index of its own: the unique (run, seq) constraint leads with run_id. One index fewer
-    # to maintain on the hottest insert of the engine. No foreign-key check either (migration 0009 on
-    # PostgreSQL, 0011 on SQLite): every append is fenced by its run's row, read in the same statement
-    # (under a share lock on PostgreSQL, inside the one write lock on SQLite), which proves the run exists
-    # and keeps it from being deleted until the append commits; the check re-read that row for every
-    # record (~15 µs of PostgreSQL's CPU a step). A trigger on journal_run refuses deleting a run whose
-    # events remain, as the constraint did.
+    # to maintain on the hottest insert of the engine. No foreign-key check on PostgreSQL either
+    # (migration 0009): every append is fenced by its run's row, read under a share lock in the same
+    # statement, which proves the run exists and keeps it from being deleted until the append commits;
+    # the check re-read that row for every record (~15 µs of the server's CPU a step). A trigger on
+    # journal_run refuses deleting a run whose events remain, as the constraint did. SQLite keeps the
+    # key (migration 0011 rebuilds the table with it).
     run = models.ForeignKey("journal.Run", on_delete=models.CASCADE, related_name="events", db_index=False,
                             db_constraint=False)
     seq = models.PositiveIntegerField()  # per-run event number, 1-based, dense
