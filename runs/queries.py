@@ -22,6 +22,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from journal.models import LIVE_STATUSES, Run, RunStatus, RunStep
+from journal.models.run import subject_is
 
 PAGE_SIZE = 50
 # Sortable columns: all NOT NULL, so (value, id) is a total order the keyset can walk.
@@ -166,8 +167,8 @@ def _term(key: str, value: str) -> Q:
         return Q(agent=value)
     if key == "version":
         return Q(version=value)
-    if key == "subject":  # exact, on run_subject (which SQLite uses only when the query repeats its condition)
-        return Q(subject=value) & ~Q(subject="")
+    if key == "subject":  # exact, on its index: what an erasure request or a support ticket names
+        return subject_is(value)
     if key == "id":
         rid = _as_uuid(value)
         if rid is not None:

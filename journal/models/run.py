@@ -40,6 +40,16 @@ def runnable_kinds(now) -> list[Q]:
     ]
 
 
+# The condition of the run_subject index. SQLite uses a partial index only for a query that states its
+# condition, so a lookup by subject goes through subject_is, which adds it.
+HAS_SUBJECT = ~Q(subject="")
+
+
+def subject_is(subject: str) -> Q:
+    """Runs linked to ``subject``, found through run_subject on both databases."""
+    return Q(subject=subject) & HAS_SUBJECT
+
+
 class RunQuerySet(models.QuerySet):
     def runnable(self, now=None):
         """Runs a worker may claim now: pending, due timers, and runs whose worker died (expired lease)."""
@@ -155,7 +165,7 @@ class Run(models.Model):
             models.Index(fields=["parent"], name="run_parent", condition=Q(parent__isnull=False)),
             models.Index(fields=["forked_from"], name="run_forked_from", condition=Q(forked_from__isnull=False)),
             models.Index(fields=["erasure"], name="run_erasure", condition=Q(erasure__isnull=False)),
-            models.Index(fields=["subject"], name="run_subject", condition=~Q(subject="")),
+            models.Index(fields=["subject"], name="run_subject", condition=HAS_SUBJECT),
             models.Index(fields=["concurrency_key"], name="run_group_open",
                          condition=Q(status__in=[RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED,
                                                  RunStatus.NEEDS_ATTENTION, RunStatus.COMPENSATING])

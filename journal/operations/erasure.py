@@ -54,6 +54,7 @@ from journal.models import (
     TraceSpan,
     run_erased,
 )
+from journal.models.run import subject_is
 from journal.models.session import allow_erasure
 from journal.store import blobs, runstate
 from journal.store.errors import BadArgumentsError, RunNotFoundError, RunStateError
@@ -158,8 +159,7 @@ def _selection(run_ids: Iterable[Any] | None, subject: str | None) -> list[uuid.
         if not isinstance(subject, str) or not subject.strip() or len(subject) > MAX_SUBJECT:
             raise BadArgumentsError(f"a subject is a non-empty string of at most {MAX_SUBJECT} characters")
         check_text(subject, what="the subject")
-        linked = Run.objects.filter(subject=subject).exclude(subject="")  # the condition of run_subject: on it
-        ids |= set(linked.values_list("id", flat=True))
+        ids |= set(Run.objects.filter(subject_is(subject)).values_list("id", flat=True))
     if run_ids is not None:
         if isinstance(run_ids, str | uuid.UUID):
             run_ids = [run_ids]
