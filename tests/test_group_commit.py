@@ -5,6 +5,7 @@ import threading
 
 import pytest
 from django.db import connections
+from django.utils import timezone
 
 import journal
 from journal.driver import leases
@@ -61,7 +62,7 @@ def test_writers_queued_behind_a_commit_share_the_next_one_and_each_row_is_durab
     entries = {}
     threads = []
     for w in writers:
-        entry = writer.Entry(3, EventKind.LOG, None, "", '{"message":"shared"}', "test", writer.timezone.now())
+        entry = writer.Entry(3, EventKind.LOG, None, "", '{"message":"shared"}', "test", timezone.now())
         entries[w.run_id] = entry
         threads.append(_in_thread(lambda w=w, e=entry: queue.submit((w, [e], [])), errors, w.run_id))
     wait_for(lambda: len(queue._queue) == 4, timeout=10, message="four writers queued")
@@ -85,7 +86,7 @@ def test_a_stale_writer_in_a_shared_commit_hears_lease_lost_and_the_others_commi
     threads = []
     for c in claims:
         w = JournalWriter(c.run_id, c.epoch, next_seq=3)
-        entry = writer.Entry(3, EventKind.LOG, None, "", '{"message":"maybe"}', "test", writer.timezone.now())
+        entry = writer.Entry(3, EventKind.LOG, None, "", '{"message":"maybe"}', "test", timezone.now())
         threads.append(_in_thread(lambda w=w, e=entry: queue.submit((w, [e], [])), errors, c.run_id))
     wait_for(lambda: len(queue._queue) == 3, timeout=10, message="three writers queued")
     release.set()
@@ -106,7 +107,7 @@ def test_a_bad_row_in_a_shared_commit_fails_only_its_own_writer():
     for i, c in enumerate(claims):
         w = JournalWriter(c.run_id, c.epoch, next_seq=3)
         seq = 1 if i == 2 else 3  # seq 1 exists already (run_started): a unique violation, this writer's alone
-        entry = writer.Entry(seq, EventKind.LOG, None, "", '{"message":"row"}', "test", writer.timezone.now())
+        entry = writer.Entry(seq, EventKind.LOG, None, "", '{"message":"row"}', "test", timezone.now())
         threads.append(_in_thread(lambda w=w, e=entry: queue.submit((w, [e], [])), errors, c.run_id))
     wait_for(lambda: len(queue._queue) == 3, timeout=10, message="three writers queued")
     release.set()

@@ -8,7 +8,7 @@ from django.db import connection, connections, transaction
 
 import journal
 from journal.models import Run
-from journal.store import frozen
+from journal.store import frozen, prepared
 from journal.store.outage import is_database_outage
 from journal.store.sqlite_backend import base as backend
 from tests.agents import crashy  # noqa: F401 - registers "twelve"
@@ -136,3 +136,32 @@ def test_a_writer_that_waits_past_the_timeout_meets_an_outage_not_a_failure():
     assert errors == [] and len(met) == 1
     assert is_database_outage(met[0]) and "database is locked" in str(met[0])
     assert Run.objects.get(id=run_id).created_by == "holder"
+
+
+def test_the_engines_own_transaction_is_all_or_none_and_lets_the_writers_turn_go(waits):
+    run_id = journal.start("twelve")
+    conn = connections["default"]
+    with pytest.raises(RuntimeError), prepared.own_transaction():
+        frozen.update(Run.objects, {"id": run_id}, {"created_by": "rolled back"})
+        assert conn.connection.in_transaction and not conn.in_atomic_block  # bare: Django keeps no books
+        raise RuntimeError("roll it back")
+    assert Run.objects.get(id=run_id).created_by == ""
+    assert not conn.connection.in_transaction and conn.get_autocommit()
+
+    with prepared.own_transaction():
+        frozen.update(Run.objects, {"id": run_id}, {"created_by": "committed"})
+    errors: list = []
+    other = _in_thread(lambda: Run.objects.filter(id=run_id).update(progress={"done": 1}), errors)
+    other.join(10)  # the turn went with the COMMIT: another thread writes at once
+    assert errors == [] and waits == []
+    run = Run.objects.get(id=run_id)
+    assert (run.created_by, run.progress) == ("committed", {"done": 1})
+
+
+def test_the_engines_own_transaction_joins_a_callers_atomic_block():
+    run_id = journal.start("twelve")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        with prepared.own_transaction():  # a savepoint of the caller's transaction, not a BEGIN
+            frozen.update(Run.objects, {"id": run_id}, {"created_by": "inner"})
+        raise RuntimeError("the caller rolls back")
+    assert Run.objects.get(id=run_id).created_by == ""

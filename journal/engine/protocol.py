@@ -11,12 +11,11 @@ non-determinism, reported and never papered over.
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
-
-from django.utils import timezone
 
 from journal.engine.registry import StepDef
 from journal.models.session import EventKind
@@ -26,6 +25,11 @@ from journal.store.errors import NondeterminismError, StepError
 from journal.store.serialization import encode, exception_text, storable, storable_text
 
 MAX_ARGS_IN_RECORD = 20_000  # bytes of arguments kept in the record for people to read
+
+# Span ids need to be unique, not secret: a generator of the engine's own (workflow code that seeds the
+# random module cannot make them repeat), seeded anew in a forked child, instead of a system call a step.
+_span_ids = random.Random()
+os.register_at_fork(after_in_child=_span_ids.seed)
 
 
 class ReplayExhausted(BaseException):  # noqa: N818
@@ -113,9 +117,10 @@ def result_payload(result_json: Any) -> dict:
 def span(ctx, name: str, kind: str, position: int | None, started, duration_ms: float, *, status: str = "ok",
          error: str = "", attempt: int = 1, **fields: Any) -> None:
     ctx.writer.add_span({
-        "span_id": os.urandom(8).hex(), "parent_span_id": "", "name": name, "kind": kind, "position": position,
-        "attempt": attempt, "status": status, "error": storable_text(error)[:2000], "started_at": started,
-        "ended_at": started + timedelta(milliseconds=duration_ms), "duration_ms": duration_ms, **fields,
+        "span_id": f"{_span_ids.getrandbits(64):016x}", "parent_span_id": "", "name": name, "kind": kind,
+        "position": position, "attempt": attempt, "status": status, "error": storable_text(error)[:2000],
+        "started_at": started, "ended_at": started + timedelta(milliseconds=duration_ms),
+        "duration_ms": duration_ms, **fields,
     })
 
 
@@ -129,7 +134,7 @@ def call_with_retries(ctx, defn: StepDef, position: int, call: dict, extra_kwarg
     attempt = 0
     while True:
         attempt += 1
-        started = timezone.now()
+        started = datetime.now(UTC)  # timezone.now(), without its read of settings.USE_TZ (always on here)
         t0 = time.perf_counter()
         ctx.in_step = True
         try:

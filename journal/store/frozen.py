@@ -410,7 +410,7 @@ def insert_all(objs: Sequence[models.Model | Row], *, bell: tuple[str, str] | No
     when it commits (the doorbell of a run's start, without a round trip of its own)."""
     parts = [_row_parts(obj) if type(obj) is Row else _insert_parts(obj) for obj in objs]
     if connection.vendor != "postgresql":
-        with transaction.atomic(), prepared.cursor() as cursor:
+        with prepared.own_transaction(), prepared.cursor() as cursor:
             for _auto, sql, params in parts:
                 cursor.execute(sql, params)
     else:

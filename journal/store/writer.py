@@ -27,7 +27,6 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections, transaction
-from django.utils import timezone
 
 from journal.models import EventKind, Run, SessionEvent
 from journal.store import faults, groupcommit, outage, prepared, runstate
@@ -176,7 +175,7 @@ class JournalWriter:
             seq = self.next_seq
             self.next_seq += 1
             self._pending.append(
-                Entry(seq, kind, position, step_name, text, actor, created_at or timezone.now())
+                Entry(seq, kind, position, step_name, text, actor, created_at or datetime.now(UTC))
             )
             if mode == "async" and extra is None:
                 self._ensure_flusher()
@@ -320,7 +319,10 @@ class JournalWriter:
             committing[0] = True  # one statement again: the move or the fence, the spans, names and rows
             _append_together(self.run_id, self.epoch, batch, span_batch, names, move or None)
         else:
-            with transaction.atomic():
+            # The engine's own statements (and a move's UPDATE) need none of atomic()'s bookkeeping on
+            # SQLite (prepared.own_transaction); a checkpoint's or a wake check's ORM writes do.
+            own = extra is None or isinstance(extra, runstate.FencedMove)
+            with prepared.own_transaction() if own else transaction.atomic():
                 if batch:
                     fenced_append(self.run_id, self.epoch, batch)
                 elif extra is not None:
@@ -405,7 +407,7 @@ def _write_many(items: Sequence[tuple[JournalWriter, list[Entry], list[dict]]]) 
         inserted = _fenced_insert_group([(w.run_id, w.epoch, batch) for w, batch, _ in items])
         return {i: _lost(w) for i, (w, _, _) in enumerate(items) if w.run_id not in inserted}
     refused: dict[int, BaseException] = {}
-    with transaction.atomic():
+    with prepared.own_transaction():
         for i, (writer, batch, span_batch) in enumerate(items):
             try:
                 fenced_append(writer.run_id, writer.epoch, batch)
