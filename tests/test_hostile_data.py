@@ -8,11 +8,14 @@ surrogates), SQLite shows the same behaviour is the engine's, not the database's
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 import journal
 from journal.driver.worker import EmbeddedWorker
 from journal.models import EventKind, Run, RunStatus, SessionEvent, Signal, TraceSpan
-from journal.store.serialization import encode
+from journal.store.serialization import _CANONICAL, COMPACT, encode
 from tests.agents import hostile
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -193,3 +196,31 @@ def test_encode_is_canonical_as_before():
     stored, text = encode(value)
     assert text == json.dumps(value, sort_keys=True, separators=(",", ":"))  # fingerprints of old journals hold
     assert stored == value
+
+
+_ANY_TEXT = st.text(st.characters(exclude_categories=()))  # lone surrogates and NUL too
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | _ANY_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_ANY_TEXT, inner, max_size=4),
+    max_leaves=20)
+
+
+@pytest.mark.django_db(transaction=False)
+@given(_JSON)
+@hypothesis_settings(max_examples=300, deadline=None)
+def test_the_journals_encoders_write_exactly_what_json_writes(value):
+    """The engine calls json's C encoder directly (``serialization._direct``): the text of every record,
+    and the canonical text that fingerprints arguments, must stay byte for byte json's."""
+    assert COMPACT(value) == json.dumps(value, separators=(",", ":"))
+    assert _CANONICAL(value) == json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def test_the_direct_encoders_refuse_what_json_refuses():
+    looped: list = []
+    looped.append(looped)
+    with pytest.raises(ValueError, match="Circular"):
+        COMPACT(looped)
+    with pytest.raises(ValueError, match="JSON compliant"):
+        _CANONICAL({"x": [float("nan"), float("inf")]})
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        COMPACT({"x": object()})

@@ -28,6 +28,8 @@ _ERRORS = {
 }
 _rules: list[tuple[str, dict[str, str], dict[str, str]]] | None = None
 _fired: dict[int, int] = {}
+# Whether any rule is set: the points a step passes four times test it before building their details.
+armed = bool(os.environ.get("DURABLE_FAULTS", "").strip())
 
 
 def _load() -> list[tuple[str, dict[str, str], dict[str, str]]]:
@@ -66,6 +68,7 @@ def fired(point: str | None = None) -> int:
 
 
 def reload() -> None:
-    global _rules
+    global _rules, armed
     _rules = None
     _fired.clear()
+    armed = bool(os.environ.get("DURABLE_FAULTS", "").strip())

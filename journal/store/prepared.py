@@ -156,7 +156,8 @@ def kept_cursor(conn: Any, prepare: bool) -> _PreparedCursor | None:
     """The connection's kept cursor for hot statements (made on first use), or None when preparing
     is switched off on PostgreSQL (Django's own cursor serves then)."""
     if conn.vendor == "sqlite":
-        conn.ensure_connection()
+        if conn.connection is None:  # ensure_connection() itself costs an async check a call
+            conn.ensure_connection()
         raw_connection = conn.connection
         kept = getattr(conn, "_durable_sqlite", None)
         if kept is None or kept._raw.connection is not raw_connection:
@@ -164,7 +165,8 @@ def kept_cursor(conn: Any, prepare: bool) -> _PreparedCursor | None:
         return kept
     if not enabled(conn):
         return None
-    conn.ensure_connection()
+    if conn.connection is None:  # ensure_connection() itself costs an async check a call
+        conn.ensure_connection()
     raw_connection = conn.connection
     slot = "_durable_prepared" if prepare else "_durable_bound"
     kept = getattr(conn, slot, None)
@@ -212,7 +214,8 @@ def own_transaction() -> Iterator[None]:
         with transaction.atomic():
             yield
         return
-    conn.ensure_connection()
+    if conn.connection is None:  # ensure_connection() itself costs an async check a call
+        conn.ensure_connection()
     queued = getattr(conn, "queued", None)
     if queued is None:  # Django's stock SQLite backend: no queue to hold
         with transaction.atomic():

@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -185,13 +186,39 @@ def _refuse(value: Any, what: str, fallback: str) -> SerializationError:
 # -- the door ------------------------------------------------------------------------------
 # json.dumps builds a new encoder on every call with options; these are built once (an encoder
 # keeps no state between calls, so threads share them).
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
-COMPACT = json.JSONEncoder(separators=(",", ":"))
+_CANONICAL_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+_COMPACT_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
+def _direct(encoder: json.JSONEncoder) -> Callable[[Any], str]:
+    """``encoder.encode`` less its two Python frames (``encode``, then ``iterencode``): the C encoder that
+    ``iterencode`` makes for a one-shot call, made and called here. A step encodes three times (its
+    arguments, its result, its record), and those frames cost about as much as the encoding itself.
+    Where the C encoder is missing or takes other arguments (checked once, here), the encoder's own
+    method serves."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    options = (encoder.default, json.encoder.encode_basestring_ascii, None, encoder.key_separator,
+               encoder.item_separator, encoder.sort_keys, encoder.skipkeys, encoder.allow_nan)
+    circular = encoder.check_circular
+
+    def direct(value: Any) -> str:
+        return "".join(make({} if circular else None, *options)(value, 0))
+
+    sample = {"b": [1, 2.5, "\u00e9\x00", None, True], "a": {"c": -0.0}}
+    try:
+        same = make is not None and encoder.ensure_ascii and direct(sample) == encoder.encode(sample)
+    except Exception:  # noqa: BLE001 - another C encoder than this module knows: use the method
+        same = False
+    return direct if same else encoder.encode
+
+
+_CANONICAL = _direct(_CANONICAL_ENCODER)
+COMPACT = _direct(_COMPACT_ENCODER)  # COMPACT(value): JSON text without spaces, keys in their order
 
 def dumps(value: Any, *, what: str = "value") -> str:
     """Encode canonically (sorted keys) or raise SerializationError naming the offending path."""
     try:
-        text = _CANONICAL.encode(value)
+        text = _CANONICAL(value)
     except RecursionError:
         raise _refuse(value, what, f"it is nested deeper than {max_nesting()} levels (DURABLE_MAX_NESTING)"
                       ) from None

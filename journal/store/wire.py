@@ -85,7 +85,8 @@ def execute(conn: Any, sql: str, params: Sequence[Any]) -> int | None:
             values.append(text)  # type: ignore[arg-type]
     except UnicodeEncodeError:  # a lone surrogate: psycopg refuses it with its own error
         return None
-    conn.ensure_connection()
+    if conn.connection is None:  # ensure_connection() itself costs an async check a call
+        conn.ensure_connection()
     raw = conn.connection
     if not raw.autocommit and raw.pgconn.transaction_status != _psycopg()[2].TransactionStatus.INTRANS:
         return None  # psycopg opens a Django transaction with BEGIN before its first statement: let it

@@ -167,7 +167,7 @@ class JournalWriter:
         mode = durability or self.mode
         # What a step produced (an error message, command output) is made storable here, the one
         # place every journal entry passes: a NUL or lone surrogate is escaped, never a failed write.
-        text = storable_json(COMPACT.encode(payload))
+        text = storable_json(COMPACT(payload))
         if raw:
             spliced = ",".join(f'"{key}":{value}' for key, value in raw.items())
             text = f"{text[:-1]},{spliced}}}" if len(text) > 2 else f"{{{spliced}}}"
@@ -219,7 +219,8 @@ class JournalWriter:
 
     def _write(self, batch: list[Entry], span_batch: list[dict], extra: Callable[[], None] | None) -> None:
         last = batch[-1] if batch else None
-        faults.inject("before_commit", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
+        if faults.armed:
+            faults.inject("before_commit", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
         names = self._new_names(batch)
         try:
             self._write_retrying(batch, span_batch, extra, names)
@@ -237,7 +238,8 @@ class JournalWriter:
         self._named.update(names)
         if span_batch and SPAN_LISTENERS:  # telemetry sees spans once they are durable, never fails a write
             transaction.on_commit(lambda: _tell_listeners(self.run_id, span_batch))
-        faults.inject("after_commit", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
+        if faults.armed:
+            faults.inject("after_commit", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
 
     def _new_names(self, batch: list[Entry]) -> list[str]:
         """Step names in this batch not yet in the search summary: the first time a run records a step
@@ -298,14 +300,16 @@ class JournalWriter:
     def _attempt(self, batch: list[Entry], span_batch: list[dict], extra: Callable[[], None] | None,
                  committing: list[bool], names: list[str]) -> None:
         last = batch[-1] if batch else None
-        faults.inject("db_write", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
+        if faults.armed:
+            faults.inject("db_write", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
         conn = connections[DEFAULT_DB_ALIAS]  # this thread's connection, looked up once for the write
         if batch and extra is None and not names and groupcommit.enabled(conn):
             committing[0] = True  # the commit may be another thread's: any failure may have come after it
             _group(conn.alias).submit((self, batch, span_batch))
         else:
             self._commit(batch, span_batch, committing, extra, names)
-        faults.inject("db_reply", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
+        if faults.armed:
+            faults.inject("db_reply", position=last and last.position, kind=last and last.kind, run_id=self.run_id)
 
     def _commit(self, batch: list[Entry], span_batch: list[dict], committing: list[bool],
                 extra: Callable[[], None] | None = None, names: list[str] = ()) -> None:
