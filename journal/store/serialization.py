@@ -215,6 +215,7 @@ def _direct(encoder: json.JSONEncoder) -> Callable[[Any], str]:
 _CANONICAL = _direct(_CANONICAL_ENCODER)
 COMPACT = _direct(_COMPACT_ENCODER)  # COMPACT(value): JSON text without spaces, keys in their order
 
+
 def dumps(value: Any, *, what: str = "value") -> str:
     """Encode canonically (sorted keys) or raise SerializationError naming the offending path."""
     try:
