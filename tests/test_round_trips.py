@@ -83,22 +83,27 @@ def _sqlite_statements(action) -> list[str]:
     return statements
 
 
-def _commits(statements: list[str]) -> int:
-    """Transactions committed: each BEGIN … COMMIT, and each write outside one (it commits by itself)."""
-    commits, in_transaction = 0, False
+def _commits(statements: list[str]) -> tuple[int, int]:
+    """Transactions committed (each BEGIN … COMMIT, and each write outside one, which commits by
+    itself), and how many of them waited for the disk: those made while the connection's
+    ``PRAGMA synchronous`` was FULL (2) or EXTRA (3), as the trace's own PRAGMA statements set it."""
+    commits = synced = 0
+    in_transaction, syncing = False, True  # the test database's init_command sets FULL
     for sql in statements:
+        words = sql.strip().upper().replace(" ", "")
         word = sql.lstrip().split(None, 1)[0].upper()
-        if word == "BEGIN":
+        if words.startswith("PRAGMASYNCHRONOUS="):
+            syncing = words.split("=", 1)[1] in ("2", "3", "FULL", "EXTRA")
+        elif word == "BEGIN":
             in_transaction = True
-        elif word == "COMMIT":
-            in_transaction, commits = False, commits + 1
-        elif not in_transaction and word not in ("SELECT", "PRAGMA"):
-            commits += 1
+        elif word == "COMMIT" or (not in_transaction and word not in ("SELECT", "PRAGMA")):
+            in_transaction = False
+            commits, synced = commits + 1, synced + syncing
     assert not in_transaction, statements
-    return commits
+    return commits, synced
 
 
-def test_a_ten_step_run_commits_once_a_step_and_three_times_more_on_sqlite():
+def test_a_ten_step_run_syncs_once_a_step_and_twice_more_on_sqlite():
     if connection.vendor != "sqlite":
         pytest.skip("SQLite's statement trace")
     for _ in range(3):
@@ -106,8 +111,9 @@ def test_a_ten_step_run_commits_once_a_step_and_three_times_more_on_sqlite():
     statements = _sqlite_statements(_one_run)
     # The start (its run and first record), the claim's UPDATE, the first step (its record and its
     # name for the search summary), each later step's record alone, and the settle (the move, its
-    # record, the spans). Each commit is an fsync: the floor's run makes STEPS + 2.
-    assert _commits(statements) == STEPS + 3, statements
+    # record, the spans). Each waits for the disk (an fsync) but the claim's, which the first step's
+    # commit syncs (sqlite_backend.synced_later): as many fsyncs as the floor's run makes.
+    assert _commits(statements) == (STEPS + 3, STEPS + 2), statements
     assert not [s for s in statements if s.lstrip().upper().startswith(("SAVEPOINT", "RELEASE"))], statements
 
 
@@ -118,6 +124,6 @@ def test_a_longer_run_costs_exactly_its_extra_steps():
         def cost(steps: int) -> int:  # round trips
             return sum(1 for m in _libpq_trace(lambda: _one_run(steps)) if m[0] == "B" and m[2] == "ReadyForQuery")
     else:
-        def cost(steps: int) -> int:  # commits
-            return _commits(_sqlite_statements(lambda: _one_run(steps)))
+        def cost(steps: int) -> int:  # commits that sync
+            return _commits(_sqlite_statements(lambda: _one_run(steps)))[1]
     assert cost(2 * STEPS) - cost(STEPS) == STEPS

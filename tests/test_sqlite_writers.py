@@ -165,3 +165,32 @@ def test_the_engines_own_transaction_joins_a_callers_atomic_block():
             frozen.update(Run.objects, {"id": run_id}, {"created_by": "inner"})
         raise RuntimeError("the caller rolls back")
     assert Run.objects.get(id=run_id).created_by == ""
+
+
+def _synchronous(conn) -> int:
+    return conn.connection.execute("PRAGMA synchronous").fetchone()[0]
+
+
+def test_a_claims_move_is_seen_at_once_and_the_connection_syncs_again_after_it():
+    from journal.driver import leases
+
+    run_id = journal.start("twelve")
+    assert _synchronous(connection) == 2  # the test database's FULL (settings' init_command)
+    [claim] = leases.claim("w", 1, run_id=run_id)
+    assert _synchronous(connection) == 2
+    seen: list = []
+    other = _in_thread(lambda: seen.append(Run.objects.values_list("status", "lease_owner").get(id=run_id)), seen)
+    other.join(10)
+    assert seen == [("running", "w")] and claim.epoch == 1  # committed (to the log) before claim returned
+
+
+def test_the_setting_comes_back_when_the_write_inside_fails_and_a_transaction_keeps_its_own(monkeypatch):
+    from journal.driver import leases
+
+    run_id = journal.start("twelve")
+    monkeypatch.setattr(leases, "_take", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError):
+        leases.claim("w", 1, run_id=run_id)
+    assert _synchronous(connection) == 2
+    with transaction.atomic(), connection.synced_later():  # inside a transaction: not the write's to decide
+        assert _synchronous(connection) == 2

@@ -8,6 +8,7 @@ again: detection and recovery are the same query, so no human has to notice a de
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from datetime import timedelta
 
 from django.db import connection, transaction
@@ -215,11 +216,14 @@ def claim(worker_id: str, limit: int = 1, *, run_id=None, ttl: int | None = None
                 claims.append(_to_claim(row, now))
         return claims
     rows = _CANDIDATES.rows((one, limit * 4, False), **values) if one else _oldest(limit * 4, values)
-    for row in _eligible(rows):
-        if len(claims) >= limit:
-            break
-        if _take(row, worker_id, ttl, epoch=row["epoch"], lease_owner=row["lease_owner"]):
-            claims.append(_to_claim(row, now))
+    # SQLite: the moves need not wait for the disk (an fsync each); the run's next durable record syncs
+    # them, before anything outside the database can act on the claim (sqlite_backend.synced_later).
+    with getattr(connection, "synced_later", nullcontext)():
+        for row in _eligible(rows):
+            if len(claims) >= limit:
+                break
+            if _take(row, worker_id, ttl, epoch=row["epoch"], lease_owner=row["lease_owner"]):
+                claims.append(_to_claim(row, now))
     return claims
 
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from django.db import OperationalError
@@ -91,7 +92,30 @@ class DatabaseWrapper(base.DatabaseWrapper):
         conn = super().get_new_connection(conn_params)
         self.queued = _Queued(str(self.settings_dict["NAME"]), float(conn_params.get("timeout", 5)))
         self._holding = False
+        self.synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]  # 0 OFF … 2 FULL, 3 EXTRA
         return conn
+
+    @contextmanager
+    def synced_later(self) -> Iterator[None]:
+        """Commits made inside reach the write-ahead log, and the disk with the next commit that syncs.
+
+        In WAL mode a commit at ``synchronous=FULL`` syncs the log, and with it every frame written
+        before it; one at ``NORMAL`` does not sync, and only a power cut or an OS crash before the next
+        syncing commit can take it back (a killed process cannot: the frames are in the OS's cache, and
+        readers see the commit at once either way). Meant for a write whose loss at a power cut the next
+        durable write covers: a claim's move, which nothing outside the database acts on before the run's
+        next record (an effect commits its intent first, an atomic step its barrier) syncs it too."""
+        self.ensure_connection()
+        raw = self.connection
+        if self.synchronous < 2 or raw.in_transaction:  # nothing to defer, or not this write's to decide
+            yield
+            return
+        raw.execute("PRAGMA synchronous=NORMAL")
+        try:
+            yield
+        finally:
+            if self.connection is raw:  # (a connection closed inside is gone, and its setting with it)
+                raw.execute(f"PRAGMA synchronous={self.synchronous}")
 
     def create_cursor(self, name: str | None = None) -> Any:
         cursor = self.connection.cursor(factory=CursorWrapper)
