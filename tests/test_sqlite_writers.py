@@ -194,3 +194,10 @@ def test_the_setting_comes_back_when_the_write_inside_fails_and_a_transaction_ke
     assert _synchronous(connection) == 2
     with transaction.atomic(), connection.synced_later():  # inside a transaction: not the write's to decide
         assert _synchronous(connection) == 2
+    monkeypatch.setattr(connections["default"], "wal", False)
+    with connection.synced_later():  # a rollback journal at NORMAL could be corrupted by a power cut
+        assert _synchronous(connection) == 2
+    monkeypatch.undo()
+    with connection.synced_later():
+        assert _synchronous(connection) == 1
+    assert _synchronous(connection) == 2

@@ -93,6 +93,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         self.queued = _Queued(str(self.settings_dict["NAME"]), float(conn_params.get("timeout", 5)))
         self._holding = False
         self.synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]  # 0 OFF … 2 FULL, 3 EXTRA
+        self.wal = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
         return conn
 
     @contextmanager
@@ -104,10 +105,12 @@ class DatabaseWrapper(base.DatabaseWrapper):
         syncing commit can take it back (a killed process cannot: the frames are in the OS's cache, and
         readers see the commit at once either way). Meant for a write whose loss at a power cut the next
         durable write covers: a claim's move, which nothing outside the database acts on before the run's
-        next record (an effect commits its intent first, an atomic step its barrier) syncs it too."""
+        next record (an effect commits its intent first, an atomic step its barrier) syncs it too,
+        whichever connection of the process makes it (an fsync flushes the file, not one descriptor's
+        writes). Only in WAL mode: with a rollback journal, NORMAL could corrupt the file at a power cut."""
         self.ensure_connection()
         raw = self.connection
-        if self.synchronous < 2 or raw.in_transaction:  # nothing to defer, or not this write's to decide
+        if not self.wal or self.synchronous < 2 or raw.in_transaction:  # nothing to defer, or not its to decide
             yield
             return
         raw.execute("PRAGMA synchronous=NORMAL")
