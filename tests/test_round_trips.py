@@ -10,6 +10,7 @@ every statement the connection runs. A change that adds a round trip fails here 
 
 import tempfile
 
+import psycopg
 import pytest
 from django.db import connection
 
@@ -40,8 +41,6 @@ def _one_run(steps: int = STEPS) -> None:
 
 def _libpq_trace(action) -> list[list[str]]:
     """The protocol messages ``action`` exchanged on this thread's connection, as split trace lines."""
-    import psycopg
-
     connection.ensure_connection()
     pgconn = connection.connection.pgconn
     with tempfile.TemporaryFile() as out:
@@ -55,12 +54,17 @@ def _libpq_trace(action) -> list[list[str]]:
         return [line.split("\t") for line in out.read().decode("utf-8", "replace").splitlines()]
 
 
+def _round_trips(messages: list[list[str]]) -> list[str]:
+    """Each round trip's end (the backend's ReadyForQuery), as the transaction status it reports."""
+    return [m[-1].strip() for m in messages if m[0] == "B" and m[2] == "ReadyForQuery"]
+
+
 @pytest.mark.postgres
 def test_a_ten_step_run_is_one_round_trip_a_step_and_five_for_the_run_on_postgresql():
     for _ in range(3):  # the hot statements are prepared on this connection once, as a worker's are
         _one_run()
     messages = _libpq_trace(_one_run)
-    ready = [m[-1].strip() for m in messages if m[0] == "B" and m[2] == "ReadyForQuery"]
+    ready = _round_trips(messages)
     sent = [m[2] for m in messages if m[0] == "F"]
     # The start's harness-and-pause lookup and its INSERT, the claim, the load, one per step, the settle.
     assert len(ready) == STEPS + 5, sent
@@ -122,7 +126,7 @@ def test_a_longer_run_costs_exactly_its_extra_steps():
     _one_run()
     if connection.vendor == "postgresql":
         def cost(steps: int) -> int:  # round trips
-            return sum(1 for m in _libpq_trace(lambda: _one_run(steps)) if m[0] == "B" and m[2] == "ReadyForQuery")
+            return len(_round_trips(_libpq_trace(lambda: _one_run(steps))))
     else:
         def cost(steps: int) -> int:  # commits that sync
             return _commits(_sqlite_statements(lambda: _one_run(steps)))[1]

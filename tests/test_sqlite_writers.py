@@ -7,6 +7,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 import journal
+from journal.driver import leases
 from journal.models import Run
 from journal.store import frozen, prepared
 from journal.store.outage import is_database_outage
@@ -172,8 +173,6 @@ def _synchronous(conn) -> int:
 
 
 def test_a_claims_move_is_seen_at_once_and_the_connection_syncs_again_after_it():
-    from journal.driver import leases
-
     run_id = journal.start("twelve")
     assert _synchronous(connection) == 2  # the test database's FULL (settings' init_command)
     [claim] = leases.claim("w", 1, run_id=run_id)
@@ -185,8 +184,6 @@ def test_a_claims_move_is_seen_at_once_and_the_connection_syncs_again_after_it()
 
 
 def test_the_setting_comes_back_when_the_write_inside_fails_and_a_transaction_keeps_its_own(monkeypatch):
-    from journal.driver import leases
-
     run_id = journal.start("twelve")
     monkeypatch.setattr(leases, "_take", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
     with pytest.raises(RuntimeError):

@@ -113,12 +113,14 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if not self.wal or self.synchronous < 2 or raw.in_transaction:  # nothing to defer, or not its to decide
             yield
             return
-        raw.execute("PRAGMA synchronous=NORMAL")
+        with self.wrap_database_errors:  # a failure is Django's error, as every other statement's (an outage)
+            raw.execute("PRAGMA synchronous=NORMAL")
         try:
             yield
         finally:
             if self.connection is raw:  # (a connection closed inside is gone, and its setting with it)
-                raw.execute(f"PRAGMA synchronous={self.synchronous}")
+                with self.wrap_database_errors:
+                    raw.execute(f"PRAGMA synchronous={self.synchronous}")
 
     def create_cursor(self, name: str | None = None) -> Any:
         cursor = self.connection.cursor(factory=CursorWrapper)
